@@ -1,0 +1,135 @@
+"""The contract between the stream cache and a memory policy.
+
+A policy answers one question after each chunk: which of the cached stream tokens does each
+decoder layer keep? It sees *signals* (keys, values, token identities, positions and, when it
+asks for them, pseudo-query attention) and returns, per layer, sorted indices to keep and an
+optional summary token. Policies are pure: torch only, they never call the model and never
+slice the cache themselves (``hermes_cli/memory.py`` applies their choice).
+
+Budget semantics shared by every policy: ``budget`` counts stream tokens (video and summary)
+per layer; the system-prompt prefix is never shown to a policy and never evicted. After a
+compression every layer must hold the same number of tokens, at most ``budget``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import ClassVar, Protocol
+
+import torch
+from torch import Tensor
+
+
+class Rotary(Protocol):
+    """Rotates post-RoPE keys by a position delta (see ``hermes_cli/rope.py``)."""
+
+    def rotate(self, keys: Tensor, delta: Tensor) -> Tensor:
+        """keys (..., N, D); delta (N, A) int, A = 1 (1-D RoPE) or 3 (M-RoPE t, h, w)."""
+        ...
+
+
+@dataclass(frozen=True)
+class LayerTokens:
+    """The stream tokens one decoder layer holds, in physical order (oldest first).
+
+    N tokens; H key/value heads; D head size; A position axes (1, or 3 for M-RoPE).
+    """
+
+    keys: Tensor  # (H, N, D), post-RoPE, as cached
+    values: Tensor  # (H, N, D)
+    token_id: Tensor  # (N,) int64 identity: the same id is the same token in every layer
+    frame: Tensor  # (N,) int64 frame index in the stream (a temporal patch for Qwen); -1 summary
+    patch: Tensor  # (N,) int64 index inside the frame; -1 for a summary token
+    positions: Tensor  # (N, A) int64 rotary positions the keys were rotated with
+    is_summary: Tensor  # (N,) bool
+    attention: dict[str, Tensor] = field(default_factory=dict)  # pseudo-query name -> (N,)
+
+    @property
+    def n(self) -> int:
+        return int(self.token_id.shape[0])
+
+
+@dataclass(frozen=True)
+class StreamState:
+    """Everything a policy may look at when it compresses."""
+
+    layers: list[LayerTokens]
+    budget: int
+    tokens_per_frame: int  # stream tokens one frame adds (for Qwen: one temporal patch)
+    frames_seen: int  # frames ingested since the stream started
+    rotary: Rotary | None = None
+    history: tuple[tuple[str, str], ...] = ()  # (question, answer) turns so far
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One token appended after a layer's kept tokens."""
+
+    key: Tensor  # (H, D)
+    value: Tensor  # (H, D)
+    position: Tensor  # (A,) int64
+
+
+@dataclass(frozen=True)
+class LayerChoice:
+    """What one layer keeps: ``keep`` indices (sorted, into LayerTokens) plus an optional summary."""
+
+    keep: Tensor  # (K,) int64, strictly increasing
+    summary: Summary | None = None
+
+    @property
+    def size(self) -> int:
+        return int(self.keep.shape[0]) + (self.summary is not None)
+
+
+class Policy(ABC):
+    """A memory policy. Subclasses are dataclasses whose fields are their parameters.
+
+    Each field's ``metadata["help"]`` says what it does; its default is the paper's value.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]  # one line: what it keeps
+
+    def pseudo_queries(self, history: tuple[tuple[str, str], ...]) -> dict[str, str]:
+        """Texts whose attention over the cache the policy needs, by name. Default: none."""
+        return {}
+
+    def target(self, budget: int | None) -> int | None:
+        """Tokens per layer after a compression (None: never compress)."""
+        return budget
+
+    def should_compress(self, n_tokens: int, budget: int | None) -> bool:
+        """Whether a layer holding ``n_tokens`` stream tokens must be compressed now."""
+        return budget is not None and n_tokens > budget
+
+    @abstractmethod
+    def select(self, state: StreamState) -> list[LayerChoice]:
+        """Choose what each layer keeps; every layer's ``size`` must equal ``target(budget)``."""
+
+    @classmethod
+    def parameters(cls) -> list[dataclasses.Field]:
+        return [f for f in dataclasses.fields(cls) if f.init] if dataclasses.is_dataclass(cls) else []
+
+
+def param(default, help: str):
+    """A policy parameter: a dataclass field with its default and a one-line help."""
+    return field(default=default, metadata={"help": help})
+
+
+def keep_all(state: StreamState) -> list[LayerChoice]:
+    return [LayerChoice(torch.arange(layer.n)) for layer in state.layers]
+
+
+def top_k_sorted(scores: Tensor, k: int) -> Tensor:
+    """Indices of the k largest scores, in increasing index order (ties: the older token wins)."""
+    k = max(0, min(k, scores.shape[0]))
+    # A stable descending sort keeps ties in index order, so results are deterministic.
+    order = torch.sort(scores, descending=True, stable=True).indices[:k]
+    return torch.sort(order).values
