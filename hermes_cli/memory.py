@@ -1,0 +1,303 @@
+"""The stream's memory: a per-layer KV cache that knows what each cached token is.
+
+``StreamingCache`` plugs into a transformers model as its ``cache``. Every layer holds, in
+physical order, the system-prompt *prefix*, then *stream* tokens (video, and summary tokens a
+policy added), then — only while a question is being answered — *text* tokens. For every token
+it records an identity (kind, frame, patch, a stable id shared by all layers) and the rotary
+position its key was rotated with (1-D, or t/h/w for M-RoPE).
+
+This is the only module that slices cache tensors. Its invariant: all layers hold the same
+number of tokens, so one attention mask and one position counter serve every layer. Layers may
+hold *different* tokens (a policy chooses per layer); positions are session-owned and never
+derived from the physical length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from transformers.cache_utils import Cache, DynamicLayer
+
+from policies.base import LayerChoice, LayerTokens, Rotary
+
+KIND_PREFIX, KIND_VIDEO, KIND_SUMMARY, KIND_TEXT = 0, 1, 2, 3
+KIND_NAMES = {KIND_PREFIX: "prefix", KIND_VIDEO: "video", KIND_SUMMARY: "summary", KIND_TEXT: "text"}
+
+
+@dataclass
+class TokenMeta:
+    """Identity and position of n tokens: what ``append`` records for each layer."""
+
+    kind: Tensor  # (n,) int8
+    token_id: Tensor  # (n,) int64
+    frame: Tensor  # (n,) int64, -1 where not a video token
+    patch: Tensor  # (n,) int64, -1 where not a video token
+    positions: Tensor  # (n, A) int64
+
+    def __len__(self) -> int:
+        return int(self.kind.shape[0])
+
+    @classmethod
+    def text(cls, kind: int, first_id: int, positions: Tensor) -> TokenMeta:
+        n = positions.shape[0]
+        minus = torch.full((n,), -1, dtype=torch.long, device=positions.device)
+        return cls(
+            kind=torch.full((n,), kind, dtype=torch.int8, device=positions.device),
+            token_id=torch.arange(first_id, first_id + n, device=positions.device),
+            frame=minus,
+            patch=minus.clone(),
+            positions=positions,
+        )
+
+    def select(self, index: Tensor) -> TokenMeta:
+        return TokenMeta(*(t[index] for t in self._fields()))
+
+    def _fields(self) -> tuple[Tensor, ...]:
+        return (self.kind, self.token_id, self.frame, self.patch, self.positions)
+
+    @staticmethod
+    def cat(parts: list[TokenMeta]) -> TokenMeta:
+        return TokenMeta(*(torch.cat(ts) for ts in zip(*(p._fields() for p in parts))))
+
+
+class StreamLayer(DynamicLayer):
+    """One decoder layer: K/V in a growable buffer of shape (1, H, capacity, D) plus token metadata.
+
+    ``update`` (called by the model's attention) writes the new keys/values after the current
+    length and returns views of everything held. Truncating (rollback) only moves the length, so
+    what stays is bit-identical.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.length = 0
+        self.meta: TokenMeta | None = None
+
+    def lazy_initialization(self, key_states: Tensor, value_states: Tensor) -> None:
+        self.device = key_states.device
+        b, h, _, d = key_states.shape
+        self.keys = key_states.new_empty((b, h, 0, d))
+        self.values = value_states.new_empty((b, h, 0, value_states.shape[-1]))
+        self.is_initialized = True
+
+    def _reserve(self, needed: int) -> None:
+        capacity = self.keys.shape[-2]
+        if needed <= capacity:
+            return
+        new_capacity = max(needed, 2 * capacity, 64)
+        for name in ("keys", "values"):
+            old = getattr(self, name)
+            grown = old.new_empty((*old.shape[:2], new_capacity, old.shape[-1]))
+            grown[:, :, : self.length] = old[:, :, : self.length]
+            setattr(self, name, grown)
+
+    def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs) -> tuple[Tensor, Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        q = key_states.shape[-2]
+        self._reserve(self.length + q)
+        self.keys[:, :, self.length : self.length + q] = key_states
+        self.values[:, :, self.length : self.length + q] = value_states
+        self.length += q
+        return self.keys[:, :, : self.length], self.values[:, :, : self.length]
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.length + query_length, 0
+
+    def crop(self, tokens_to_remove: int) -> None:
+        raise NotImplementedError("use StreamingCache.rollback")
+
+    def reset(self) -> None:
+        super().reset()
+        self.length = 0
+        self.meta = None
+
+    def stored_keys(self) -> Tensor:
+        return self.keys[:, :, : self.length]
+
+    def stored_values(self) -> Tensor:
+        return self.values[:, :, : self.length]
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A point to roll the cache back to (see ``StreamingCache.mark``)."""
+
+    length: int
+    next_id: int
+
+
+class StreamingCache(Cache):
+    """The session's KV cache: ``num_layers`` StreamLayers that always have equal length."""
+
+    def __init__(self, num_layers: int) -> None:
+        super().__init__(layers=[StreamLayer() for _ in range(num_layers)])
+        self.next_id = 0  # next fresh token identity
+
+    # -- what is held -------------------------------------------------------------------------
+    @property
+    def stream_layers(self) -> list[StreamLayer]:
+        return self.layers  # type: ignore[return-value]
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def length(self) -> int:
+        """Tokens held per layer (equal in every layer)."""
+        return self.stream_layers[0].length
+
+    def meta(self, layer: int) -> TokenMeta:
+        m = self.stream_layers[layer].meta
+        if m is None:
+            raise RuntimeError("the cache is empty")
+        return m
+
+    def prefix_length(self) -> int:
+        if self.stream_layers[0].meta is None:
+            return 0
+        return int((self.meta(0).kind == KIND_PREFIX).sum())
+
+    def count(self, kind: int) -> list[int]:
+        """Tokens of ``kind`` per layer."""
+        return [0 if l.meta is None else int((l.meta.kind == kind).sum()) for l in self.stream_layers]
+
+    def stream_counts(self) -> list[int]:
+        """Stream tokens (video + summary) per layer: what a budget counts."""
+        video, summary = self.count(KIND_VIDEO), self.count(KIND_SUMMARY)
+        return [v + s for v, s in zip(video, summary)]
+
+    def kv_bytes(self) -> int:
+        """Bytes of the keys and values held (not the spare capacity of the buffers)."""
+        total = 0
+        for layer in self.stream_layers:
+            if layer.is_initialized:
+                per_token = (layer.keys[0, :, 0].numel() + layer.values[0, :, 0].numel()) * layer.keys.element_size()
+                total += per_token * layer.keys.shape[0] * layer.length
+        return total
+
+    def reserved_bytes(self) -> int:
+        """Bytes allocated for keys and values, spare capacity included."""
+        return sum(
+            l.keys.numel() * l.keys.element_size() + l.values.numel() * l.values.element_size()
+            for l in self.stream_layers
+            if l.is_initialized
+        )
+
+    def max_positions(self) -> Tensor | None:
+        """Per axis, the largest position held in any layer (None when empty)."""
+        if self.stream_layers[0].meta is None or self.length == 0:
+            return None
+        return torch.stack([l.meta.positions.max(dim=0).values for l in self.stream_layers]).max(dim=0).values
+
+    # -- growing ------------------------------------------------------------------------------
+    def new_ids(self, n: int) -> int:
+        """Reserve n fresh token identities; returns the first."""
+        first = self.next_id
+        self.next_id += n
+        return first
+
+    def record(self, meta: TokenMeta) -> None:
+        """Record identities of the tokens the last forward appended (same for every layer)."""
+        for layer in self.stream_layers:
+            if layer.is_initialized and meta.kind.device != layer.keys.device:
+                meta = TokenMeta(*(t.to(layer.keys.device) for t in meta._fields()))
+            held = 0 if layer.meta is None else len(layer.meta)
+            if layer.length != held + len(meta):
+                raise RuntimeError(
+                    f"cache out of sync: layer holds {layer.length} tokens, metadata for {held + len(meta)}"
+                )
+            layer.meta = meta if layer.meta is None else TokenMeta.cat([layer.meta, meta])
+
+    # -- rolling back -------------------------------------------------------------------------
+    def mark(self) -> Mark:
+        return Mark(self.length, self.next_id)
+
+    def rollback(self, mark: Mark) -> None:
+        """Forget every token appended after ``mark``; what stays is bit-identical."""
+        for layer in self.stream_layers:
+            if layer.length < mark.length:
+                raise RuntimeError("cannot roll back to a mark beyond the current length")
+            layer.length = mark.length
+            if layer.meta is not None:
+                layer.meta = layer.meta.select(slice(0, mark.length))
+        self.next_id = mark.next_id
+
+    # -- what policies see and what they choose -------------------------------------------------
+    def stream_view(self, layer: int, attention: dict[str, Tensor] | None = None) -> LayerTokens:
+        """The stream tokens (everything after the prefix) of one layer, as a policy sees them."""
+        lay = self.stream_layers[layer]
+        p = self.prefix_length()
+        meta = self.meta(layer).select(slice(p, lay.length))
+        return LayerTokens(
+            keys=lay.stored_keys()[0, :, p:],
+            values=lay.stored_values()[0, :, p:],
+            token_id=meta.token_id,
+            frame=meta.frame,
+            patch=meta.patch,
+            positions=meta.positions,
+            is_summary=meta.kind == KIND_SUMMARY,
+            attention=attention or {},
+        )
+
+    def apply(self, choices: list[LayerChoice]) -> None:
+        """Keep, in each layer, the chosen stream tokens (in order) and append its summary token.
+
+        Every layer must end with the same length; text tokens must not be present.
+        """
+        if len(choices) != len(self.layers):
+            raise ValueError(f"{len(choices)} choices for {len(self.layers)} layers")
+        sizes = {c.size for c in choices}
+        if len(sizes) != 1:
+            raise ValueError(f"a policy left layers of different sizes: {sorted(sizes)}")
+        if any(self.count(KIND_TEXT)):
+            raise RuntimeError("compress only between questions")
+        p = self.prefix_length()
+        summary_ids = [self.new_ids(1) if c.summary is not None else None for c in choices]
+        for layer, choice, sid in zip(self.stream_layers, choices, summary_ids):
+            n_stream = layer.length - p
+            keep = choice.keep.to(device=layer.keys.device, dtype=torch.long)
+            if keep.numel() and (keep.min() < 0 or keep.max() >= n_stream or (keep.diff() <= 0).any()):
+                raise ValueError("keep indices must be strictly increasing and inside the layer")
+            index = torch.cat([torch.arange(p, device=keep.device), keep + p])
+            k = index.numel()
+            # Advanced indexing copies the selection before it is written back, so in place is safe.
+            layer.keys[:, :, :k] = layer.keys[:, :, index]
+            layer.values[:, :, :k] = layer.values[:, :, index]
+            meta = layer.meta.select(index)
+            if choice.summary is not None:
+                layer._reserve(k + 1)
+                s = choice.summary
+                layer.keys[0, :, k] = s.key.to(layer.keys.dtype)
+                layer.values[0, :, k] = s.value.to(layer.values.dtype)
+                pos = s.position.to(meta.positions).reshape(1, -1)
+                meta = TokenMeta.cat([meta, TokenMeta.text(KIND_SUMMARY, sid, pos)])
+                k += 1
+            layer.length = k
+            layer.meta = meta
+
+    def reposition(self, layer: int, positions: Tensor, rotary: Rotary) -> None:
+        """Move one layer's stream tokens to new ``positions`` (N, A), rotating their keys to match.
+
+        The keys are corrected by the rotary delta in place; nothing is recomputed.
+        """
+        lay = self.stream_layers[layer]
+        p = self.prefix_length()
+        old = lay.meta.positions[p : lay.length]
+        if positions.shape != old.shape:
+            raise ValueError(f"expected positions of shape {tuple(old.shape)}, got {tuple(positions.shape)}")
+        positions = positions.to(old)
+        delta = positions - old
+        if bool((delta != 0).any()):
+            keys = lay.keys[:, :, p : lay.length]
+            keys.copy_(rotary.rotate(keys, delta))
+        lay.meta.positions = torch.cat([lay.meta.positions[:p], positions])

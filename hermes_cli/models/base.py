@@ -1,0 +1,205 @@
+"""What every model adapter provides: the seam that hides model differences from the session.
+
+An adapter owns a loaded transformers model and its official processor. It turns frames into
+input embeddings with a layout (which unit, row and column each token is), builds prompt token
+ids with the model's chat format, assigns rotary positions (1-D or M-RoPE), and runs the
+language model on explicit positions over a ``StreamingCache``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..rope import RotaryDelta
+
+
+class ModelLoadError(Exception):
+    """A model could not be loaded; the message is one line that names the way out."""
+
+
+@dataclass
+class EncodedChunk:
+    """A chunk of frames turned into language-model input.
+
+    ``unit`` is the stream unit each token belongs to (a frame, or for Qwen a temporal patch of
+    2 frames), ``patch`` its index inside the unit; ``row``/``col`` its spatial cell (-1 for a
+    token with no cell, such as LLaVA-OneVision's newline).
+    """
+
+    embeds: Tensor  # (1, n, hidden)
+    input_ids: Tensor  # (n,) the placeholder ids these embeddings replace (for one-shot checks)
+    unit: Tensor  # (n,) int64, stream unit index
+    patch: Tensor  # (n,) int64
+    row: Tensor  # (n,) int64
+    col: Tensor  # (n,) int64
+    units: int  # how many units the chunk adds
+    pixel_values: Tensor | None = None  # what the processor produced (for one-shot checks)
+    grid_thw: Tensor | None = None
+
+
+@dataclass
+class VideoClock:
+    """Where the next video unit's positions start (M-RoPE: per axis; 1-D: ``t`` only).
+
+    A unit ``u`` gets temporal position ``t_origin + floor((u - unit_origin) * interval)``; its
+    cells get ``hw_origin + row`` / ``hw_origin + col``.
+    """
+
+    t_origin: int
+    hw_origin: int
+    unit_origin: int
+    interval: float
+
+
+class ModelAdapter(ABC):
+    """A loaded video-LLM behind one interface. Subclasses: one per model family."""
+
+    family: str
+    frames_per_unit: int = 1
+    position_axes: int = 1
+
+    def __init__(self, model, processor, *, name: str, random_weights: bool = False) -> None:
+        self.model = model.eval()
+        self.processor = processor
+        self.tokenizer = processor.tokenizer
+        self.name = name
+        self.random_weights = random_weights
+        self.rotary = RotaryDelta.from_rotary_embedding(self.text_model.rotary_emb)
+
+    # -- model facts ----------------------------------------------------------------------------
+    @property
+    @abstractmethod
+    def text_model(self) -> torch.nn.Module:
+        """The decoder-only language model (embeddings, layers, norm, rotary embedding)."""
+
+    @property
+    def text_config(self):
+        return self.text_model.config
+
+    @property
+    def num_layers(self) -> int:
+        return self.text_config.num_hidden_layers
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.text_model.parameters()).dtype
+
+    @property
+    def max_positions(self) -> int:
+        return int(self.text_config.max_position_embeddings)
+
+    def parameter_count(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    @property
+    def eos_token_ids(self) -> set[int]:
+        ids = set()
+        for token in ("<|im_end|>", "<|endoftext|>"):
+            tid = self.tokenizer.convert_tokens_to_ids(token)
+            if isinstance(tid, int) and tid != self.tokenizer.unk_token_id:
+                ids.add(tid)
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        return ids
+
+    # -- prompts ----------------------------------------------------------------------------------
+    def tokens(self, text: str) -> Tensor:
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return torch.tensor(ids, dtype=torch.long)
+
+    @abstractmethod
+    def prefix_text(self, system_prompt: str) -> str:
+        """Everything before the first video token (never evicted)."""
+
+    @abstractmethod
+    def question_text(self, question: str, history: list[tuple[str, str]]) -> str:
+        """What follows the video for a question (earlier turns included), up to the answer."""
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    # -- video ------------------------------------------------------------------------------------
+    @abstractmethod
+    def encode(self, frames: np.ndarray, first_unit: int) -> EncodedChunk:
+        """Embed frames (F, H, W, 3) uint8; F must be a multiple of ``frames_per_unit``."""
+
+    @abstractmethod
+    def video_clock(self, video_start: int, fps: float) -> VideoClock:
+        """The clock for a stream whose first video token sits at position ``video_start``."""
+
+    def chunk_positions(self, chunk: EncodedChunk, clock: VideoClock, next_free: int) -> Tensor:
+        """Positions (n, A) of a chunk. 1-D: consecutive from ``next_free``."""
+        n = chunk.unit.shape[0]
+        return torch.arange(next_free, next_free + n, dtype=torch.long).unsqueeze(1)
+
+    def text_positions(self, start: int, n: int) -> Tensor:
+        """Positions (n, A) of n text tokens starting at ``start`` (the same on every axis)."""
+        return torch.arange(start, start + n, dtype=torch.long).unsqueeze(1).expand(n, self.position_axes).clone()
+
+    # -- running the language model ----------------------------------------------------------------
+    def embed(self, ids: Tensor) -> Tensor:
+        return self.text_model.embed_tokens(ids.to(self.device).unsqueeze(0))
+
+    def position_ids(self, positions: Tensor) -> Tensor:
+        """Session positions (n, A) in the layout the text model takes."""
+        positions = positions.to(self.device)
+        if self.position_axes == 1:
+            return positions[:, 0].unsqueeze(0)
+        return positions.T.unsqueeze(1)  # (3, 1, n)
+
+    @torch.inference_mode()
+    def forward(self, embeds: Tensor, positions: Tensor, cache, *, attentions: bool = False):
+        """Run the language model on ``embeds`` at explicit ``positions``, appending to ``cache``.
+
+        Returns (last hidden states (1, n, hidden), per-layer attention weights or None).
+        """
+        if attentions:  # SDPA returns no weights: run this (short) pass with eager attention
+            with self.eager_attention():
+                out = self._run(embeds, positions, cache, True)
+            return out.last_hidden_state, out.attentions
+        return self._run(embeds, positions, cache, False).last_hidden_state, None
+
+    def _run(self, embeds: Tensor, positions: Tensor, cache, attentions: bool):
+        return self.text_model(
+            inputs_embeds=embeds.to(self.dtype),
+            position_ids=self.position_ids(positions),
+            cache=cache,
+            use_cache=True,
+            output_attentions=attentions,
+        )
+
+    @contextmanager
+    def eager_attention(self):
+        previous = self.text_model.config._attn_implementation
+        if previous == "eager":
+            yield
+            return
+        self.text_model.set_attn_implementation("eager")
+        try:
+            yield
+        finally:
+            self.text_model.set_attn_implementation(previous)
+
+    @torch.inference_mode()
+    def logits(self, hidden: Tensor) -> Tensor:
+        return self.model.lm_head(hidden).float()
+
+
+def time_interval(tokens_per_second: float, temporal_patch: int, fps: float) -> float:
+    """Temporal position step per unit for Qwen-VL M-RoPE: tokens/s × seconds per temporal patch."""
+    return tokens_per_second * (temporal_patch / fps)
+
+
+def floor_positions(units: Tensor, interval: float) -> Tensor:
+    """floor(u × interval) exactly as transformers computes it: a float32 product, truncated."""
+    return (units.to(torch.float32) * torch.tensor(interval, dtype=torch.float32)).long()

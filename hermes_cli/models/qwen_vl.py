@@ -1,0 +1,85 @@
+"""Qwen2.5-VL (and Qwen2-VL, which shares its positions): M-RoPE over (t, h, w).
+
+A stream is one video: the prefix ends with ``<|vision_start|>``, each chunk adds temporal
+patches (2 frames each) of ``<|video_pad|>`` embeddings, and ``<|vision_end|>`` opens the
+question suffix. A unit (temporal patch) u gets temporal position ``start + floor(u × interval)``
+with interval = tokens_per_second × 2 / fps, exactly as the model's ``get_rope_index`` computes
+it for the whole video; cells get ``start + row`` / ``start + col``.
+
+Text after the video continues from the largest position held + 1 on all axes, as the original
+Qwen2.5-VL code does (transformers 5.24's ``get_rope_index`` restarts text after a video at
+``start + max(h, w)``, which overlaps the video's temporal positions; we keep the trained layout).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .base import EncodedChunk, ModelAdapter, VideoClock, floor_positions, time_interval
+from .chat import conversation, split_prompt
+
+
+class QwenVLAdapter(ModelAdapter):
+    family = "qwen2.5-vl"
+    position_axes = 3
+
+    def __init__(self, model, processor, **kwargs) -> None:
+        super().__init__(model, processor, **kwargs)
+        vp = processor.video_processor
+        self.frames_per_unit = int(vp.temporal_patch_size)
+        self.merge = int(vp.merge_size)
+        self.video_token = processor.video_token
+        self.video_token_id = int(processor.video_token_id)
+        self.tokens_per_second = float(getattr(model.config.vision_config, "tokens_per_second", 2) or 2)
+
+    @property
+    def text_model(self):
+        return self.model.model.language_model
+
+    def prefix_text(self, system_prompt: str | None) -> str:
+        return self._split("", [], system_prompt)[0]
+
+    def question_text(self, question: str, history: list[tuple[str, str]], system_prompt: str | None = None) -> str:
+        return self._split(question, history, system_prompt)[1]
+
+    def _split(self, question, history, system_prompt):
+        rendered = self.processor.apply_chat_template(
+            conversation(question, history, system_prompt), add_generation_prompt=True, tokenize=False
+        )
+        return split_prompt(rendered, self.video_token)
+
+    @torch.inference_mode()
+    def encode(self, frames: np.ndarray, first_unit: int) -> EncodedChunk:
+        if frames.shape[0] % self.frames_per_unit:
+            raise ValueError(f"Qwen-VL chunks need a multiple of {self.frames_per_unit} frames")
+        out = self.processor.video_processor(
+            videos=[frames], return_tensors="pt", do_sample_frames=False, cap_pixels_per_frame=True
+        )
+        pixels = out["pixel_values_videos"].to(self.device)
+        grid = out["video_grid_thw"].to(self.device)
+        features = self.model.model.get_video_features(pixels, grid, return_dict=True).pooler_output
+        embeds = torch.cat(features, dim=0).unsqueeze(0)
+        t, h, w = (int(x) for x in grid[0])
+        h, w = h // self.merge, w // self.merge
+        n = t * h * w
+        k = torch.arange(n)
+        return EncodedChunk(
+            embeds=embeds,
+            input_ids=torch.full((n,), self.video_token_id, dtype=torch.long),
+            unit=first_unit + k // (h * w),
+            patch=k % (h * w),
+            row=(k % (h * w)) // w,
+            col=k % w,
+            units=t,
+            pixel_values=out["pixel_values_videos"],
+            grid_thw=out["video_grid_thw"],
+        )
+
+    def video_clock(self, video_start: int, fps: float) -> VideoClock:
+        interval = time_interval(self.tokens_per_second, self.frames_per_unit, fps)
+        return VideoClock(t_origin=video_start, hw_origin=video_start, unit_origin=0, interval=interval)
+
+    def chunk_positions(self, chunk: EncodedChunk, clock: VideoClock, next_free: int):
+        t = clock.t_origin + floor_positions(chunk.unit - clock.unit_origin, clock.interval)
+        return torch.stack([t, clock.hw_origin + chunk.row, clock.hw_origin + chunk.col], dim=1)

@@ -1,0 +1,134 @@
+"""Built-in random-weight models of real architectures, built on the spot (no download).
+
+``tiny`` is a Qwen2.5-VL and ``tiny-llava-onevision`` a LLaVA-OneVision: real model classes,
+the official processors, and a byte-level BPE tokenizer trained in memory with the real special
+tokens. Same seed, same weights. Their answers are noise: they exist for smoke runs, tests and
+benchmarks, and are always announced as random weights.
+"""
+
+from __future__ import annotations
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+TINY_NAMES = ("tiny", "tiny-qwen2.5-vl", "tiny-llava-onevision")
+SEED = 0
+QWEN_SPECIALS = [
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
+    "<|video_pad|>", "<|image_pad|>",
+]
+LLAVA_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>", "<video>"]
+CORPUS = (
+    "system user assistant You are a helpful assistant. What is happening in the video? "
+    "Describe the current scene in detail, focusing on specific objects, fine-grained actions, "
+    "and spatial relationships. Summarize the video narrative, identifying main characters, key "
+    "events, timeline changes, and the overall theme. Question: Answer: Context summary: Find "
+    "recent details related to: a person walks to the red door, a blue car, the green ball rolls "
+    "left and right; when did the scene change? what colour is the square? yes no one two three "
+    "A B C D (A) (B) (C) (D) Options: Best option:"
+)
+
+
+def _template(video: str) -> str:
+    return (
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n"
+        "{% if m.content is string %}{{ m.content }}{% else %}{% for c in m.content %}"
+        "{% if c.type == 'video' %}" + video + "{% else %}{{ c.text }}{% endif %}{% endfor %}{% endif %}"
+        "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+
+
+def make_tokenizer(specials: list[str], vocab_size: int = 400) -> PreTrainedTokenizerFast:
+    """A byte-level BPE trained in memory, with ``specials`` as single tokens."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator([CORPUS] * 4, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+
+
+def _seeded(build):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(SEED)
+        return build().eval()
+
+
+def tiny_qwen(num_layers: int = 10, max_positions: int = 32768):
+    """(model, processor) of a random-weight Qwen2.5-VL with ``num_layers`` decoder layers."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
+    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+
+    tokenizer = make_tokenizer(QWEN_SPECIALS)
+    ids = tokenizer.convert_tokens_to_ids
+    config = Qwen2_5_VLConfig(
+        text_config=dict(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=num_layers, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=512, max_position_embeddings=max_positions,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 3, 3]},
+            bos_token_id=ids("<|endoftext|>"), eos_token_id=ids("<|im_end|>"), pad_token_id=ids("<|endoftext|>"),
+        ),
+        vision_config=dict(
+            depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, window_size=56,
+            fullatt_block_indexes=[1], patch_size=14, spatial_merge_size=2, temporal_patch_size=2,
+            tokens_per_second=2,
+        ),
+        video_token_id=ids("<|video_pad|>"), image_token_id=ids("<|image_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"),
+        bos_token_id=ids("<|endoftext|>"), eos_token_id=ids("<|im_end|>"), pad_token_id=ids("<|endoftext|>"),
+    )
+    size = {"shortest_edge": 56 * 56, "longest_edge": 112 * 84}
+    processor = Qwen2_5_VLProcessor(
+        image_processor=Qwen2VLImageProcessor(size=size),
+        tokenizer=tokenizer,
+        video_processor=Qwen2VLVideoProcessor(size=size),
+        chat_template=_template("<|vision_start|><|video_pad|><|vision_end|>"),
+    )
+    return _seeded(lambda: Qwen2_5_VLForConditionalGeneration(config)), processor
+
+
+def tiny_llava_onevision(num_layers: int = 10, max_positions: int = 32768):
+    """(model, processor) of a random-weight LLaVA-OneVision with ``num_layers`` decoder layers."""
+    from transformers import LlavaOnevisionConfig, LlavaOnevisionForConditionalGeneration, LlavaOnevisionProcessor
+    from transformers.models.llava_onevision.image_processing_llava_onevision import (
+        LlavaOnevisionImageProcessor,
+    )
+    from transformers.models.llava_onevision.video_processing_llava_onevision import (
+        LlavaOnevisionVideoProcessor,
+    )
+
+    tokenizer = make_tokenizer(LLAVA_SPECIALS)
+    ids = tokenizer.convert_tokens_to_ids
+    image_size, patch = 56, 14  # 4×4 patches, pooled to 2×2 = 4 tokens per frame
+    config = LlavaOnevisionConfig(
+        vision_config=dict(
+            model_type="siglip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=2, image_size=image_size, patch_size=patch,
+        ),
+        text_config=dict(
+            model_type="qwen2", hidden_size=64, intermediate_size=128, num_hidden_layers=num_layers,
+            num_attention_heads=4, num_key_value_heads=2, vocab_size=512, max_position_embeddings=max_positions,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e4},
+            bos_token_id=ids("<|endoftext|>"), eos_token_id=ids("<|im_end|>"), pad_token_id=ids("<|endoftext|>"),
+        ),
+        image_token_id=ids("<image>"), video_token_id=ids("<video>"),
+        vision_feature_select_strategy="full", vision_feature_layer=-1,
+        image_grid_pinpoints=[[image_size, image_size]],
+    )
+    size = {"height": image_size, "width": image_size}
+    processor = LlavaOnevisionProcessor(
+        image_processor=LlavaOnevisionImageProcessor(size=size, image_grid_pinpoints=[[image_size, image_size]]),
+        tokenizer=tokenizer,
+        video_processor=LlavaOnevisionVideoProcessor(size=size),
+        num_image_tokens=(image_size // patch) ** 2,
+        vision_feature_select_strategy="full",
+        chat_template=_template("<video>\n"),
+    )
+    return _seeded(lambda: LlavaOnevisionForConditionalGeneration(config)), processor

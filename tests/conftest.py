@@ -1,0 +1,42 @@
+"""Shared fixtures: tiny random-weight models (built once per test session) and frames."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen():
+    from hermes_cli.models import load_model
+
+    return load_model("tiny", device="cpu", dtype="fp32")
+
+
+@pytest.fixture(scope="session")
+def tiny_llava():
+    from hermes_cli.models import load_model
+
+    return load_model("tiny-llava-onevision", device="cpu", dtype="fp32")
+
+
+@pytest.fixture(params=["qwen", "llava"])
+def adapter(request, tiny_qwen, tiny_llava):
+    return tiny_qwen if request.param == "qwen" else tiny_llava
+
+
+def moving_square_frames(n: int, size=(96, 128), seed: int = 0) -> np.ndarray:
+    """n RGB frames (H, W, 3): a coloured square moving across a noisy background."""
+    rng = np.random.default_rng(seed)
+    h, w = size
+    frames = rng.integers(0, 40, size=(n, h, w, 3), dtype=np.uint8)
+    for i in range(n):
+        x = (i * 11) % (w - 24)
+        y = (i * 7) % (h - 24)
+        frames[i, y : y + 24, x : x + 24] = [(50 * i) % 256, 200, 255 - (30 * i) % 256]
+    return frames

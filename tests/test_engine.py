@@ -1,0 +1,151 @@
+"""The streaming engine: streamed prefill + cached answers equal one uncached forward."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from hermes_cli.memory import KIND_VIDEO
+from hermes_cli.session import Session, SessionConfig
+from tests.conftest import moving_square_frames
+
+FRAMES = 8
+
+
+def stream(adapter, frames, chunk, **config):
+    session = Session(adapter, config=SessionConfig(chunk_frames=chunk, budget=None, repetition_penalty=1.0, **config))
+    session.ingest(frames, [float(i) for i in range(len(frames))])
+    session.flush()
+    return session
+
+
+def one_shot_logits(adapter, session, frames, chunk, prompt_ids, answer_ids):
+    """Logits of one uncached forward of the full model over prefix · video · question · answer."""
+    model = adapter.model
+    prefix = adapter.tokens(adapter.prefix_text(session.config.system_prompt))
+    chunks = [adapter.encode(frames[i : i + chunk], 0) for i in range(0, len(frames), chunk)]
+    video_ids = torch.cat([c.input_ids for c in chunks])
+    ids = torch.cat([prefix, video_ids, prompt_ids, torch.tensor(answer_ids, dtype=torch.long)]).unsqueeze(0)
+    positions = session_positions(session, ids.shape[1])
+    kwargs = {}
+    if adapter.position_axes == 3:
+        kwargs["pixel_values_videos"] = torch.cat([c.pixel_values for c in chunks])
+        grids = torch.cat([c.grid_thw for c in chunks])
+        kwargs["video_grid_thw"] = torch.tensor([[int(grids[:, 0].sum()), int(grids[0, 1]), int(grids[0, 2])]])
+        kwargs["position_ids"] = positions.T.unsqueeze(1)
+    else:
+        kwargs["pixel_values_videos"] = torch.cat([c.pixel_values for c in chunks])
+        kwargs["position_ids"] = positions[:, 0].unsqueeze(0)
+    with torch.inference_mode():
+        return model(input_ids=ids, use_cache=False, **kwargs).logits[0].float(), ids[0]
+
+
+def session_positions(session, total):
+    """Positions the session used: the cache's (prefix + video), then text from next_position()."""
+    held = session.cache.meta(0).positions
+    start = session.next_position()
+    text = session.adapter.text_positions(start, total - held.shape[0])
+    return torch.cat([held, text])
+
+
+@pytest.mark.parametrize("chunk", [2, 4, 8])
+def test_streamed_answer_equals_one_uncached_forward(adapter, chunk):
+    frames = moving_square_frames(FRAMES)
+    session = stream(adapter, frames, chunk)
+    answer = session.answer("What is happening in the video?", max_new_tokens=6, record_logits=True)
+    history = []
+    prompt = adapter.tokens(adapter.question_text(answer.question, history, session.config.system_prompt))
+    logits, ids = one_shot_logits(adapter, session, frames, chunk, prompt, answer.tokens)
+    first = ids.shape[0] - len(answer.tokens) - 1
+    for step, streamed in enumerate(answer.step_logits):
+        reference = logits[first + step]
+        assert torch.max(torch.abs(streamed - reference)) <= 1e-4, f"step {step}"
+    # The same greedy answer: teacher-forced argmax of the one-shot logits reproduces every token.
+    greedy = logits[first : first + len(answer.tokens)].argmax(-1).tolist()
+    assert greedy == answer.tokens
+    if len(answer.step_logits) > len(answer.tokens):  # stopped on an end-of-turn token
+        assert int(logits[first + len(answer.tokens)].argmax()) in adapter.eos_token_ids
+
+
+def test_qwen_stream_positions_equal_get_rope_index(tiny_qwen):
+    adapter, frames, chunk = tiny_qwen, moving_square_frames(FRAMES), 2
+    session = stream(adapter, frames, chunk)
+    prefix = adapter.tokens(adapter.prefix_text(session.config.system_prompt))
+    chunks = [adapter.encode(frames[i : i + chunk], 0) for i in range(0, FRAMES, chunk)]
+    video = torch.cat([c.input_ids for c in chunks])
+    suffix = adapter.tokens(adapter.question_text("Why?", [], session.config.system_prompt))
+    ids = torch.cat([prefix, video, suffix]).unsqueeze(0)
+    types = (ids == adapter.video_token_id).int() * 2
+    grid = torch.tensor([[len(chunks), int(chunks[0].grid_thw[0, 1]), int(chunks[0].grid_thw[0, 2])]])
+    expected, _ = adapter.model.model.get_rope_index(
+        ids, mm_token_type_ids=types, video_grid_thw=grid,
+        second_per_grid_ts=torch.tensor([adapter.frames_per_unit / session.config.fps]),
+    )
+    streamed = session.cache.meta(0).positions
+    n = streamed.shape[0]
+    assert torch.equal(streamed.T, expected[:, 0, :n])
+    # Text after the video continues from the largest position + 1 on all axes (the layout the
+    # model was trained with; transformers 5.24 restarts it at start + max(h, w) instead).
+    assert session.next_position() == int(streamed.max()) + 1
+
+
+def snapshot(session):
+    cache = session.cache
+    return [
+        (layer.stored_keys().clone(), layer.stored_values().clone(),
+         *(t.clone() for t in layer.meta._fields()))
+        for layer in cache.stream_layers
+    ], cache.next_id
+
+
+def test_ask_leaves_memory_bit_identical(adapter):
+    session = stream(adapter, moving_square_frames(6), 2, history=False)
+    before, next_id = snapshot(session)
+    first = session.answer("What colour is the square?", max_new_tokens=5)
+    after, next_id_after = snapshot(session)
+    assert next_id == next_id_after
+    for layer_before, layer_after in zip(before, after):
+        for a, b in zip(layer_before, layer_after):
+            assert torch.equal(a, b)
+    second = session.answer("When did the scene change?", max_new_tokens=5)
+    alone = stream(adapter, moving_square_frames(6), 2, history=False).answer("When did the scene change?", max_new_tokens=5)
+    assert second.tokens == alone.tokens
+    assert first.ttft_ms is not None and first.ttft_ms > 0
+
+
+def test_history_goes_into_the_next_prompt(tiny_qwen):
+    session = stream(tiny_qwen, moving_square_frames(4), 2)
+    session.answer("one", max_new_tokens=2)
+    assert session.history and session.history[0][0] == "one"
+    text = tiny_qwen.question_text("two", session.history, session.config.system_prompt)
+    assert text.index("one") < text.index("two")
+
+
+def test_question_before_any_frame_is_answered_as_such(tiny_llava):
+    session = Session(tiny_llava, config=SessionConfig(chunk_frames=2, budget=None))
+    answer = session.answer("Anything?")
+    assert answer.no_frames and "not seen any frames" in answer.text
+    assert session.cache.count(KIND_VIDEO) == [0] * tiny_llava.num_layers
+
+
+def test_stats_report_the_cache(tiny_qwen):
+    session = stream(tiny_qwen, moving_square_frames(4), 2)
+    stats = session.stats()
+    video = stats["cache"]["video_tokens_per_layer"]
+    assert len(video) == tiny_qwen.num_layers and len(set(video)) == 1 and video[0] > 0
+    assert stats["cache"]["kv_bytes"] == session.cache.kv_bytes() > 0
+    assert stats["frames_seen"] == 4 and stats["policy"] == "full" and stats["random_weights"]
+
+
+def test_qwen_rejects_odd_chunks(tiny_qwen):
+    with pytest.raises(ValueError, match="multiple of 2"):
+        Session(tiny_qwen, config=SessionConfig(chunk_frames=3))
+
+
+def test_flush_pads_an_odd_tail_for_qwen(tiny_qwen):
+    session = Session(tiny_qwen, config=SessionConfig(chunk_frames=4, budget=None))
+    session.ingest(moving_square_frames(5), [float(i) for i in range(5)])
+    session.flush()
+    assert session.units_seen == 3 and session.frames_seen == 5
+    assert np.all(np.diff(session.unit_times) > 0)
