@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..rope import RotaryDelta
+from ..rope import RotaryDelta, rotate_half, text_positions, to_model_position_ids
 
 
 class ModelLoadError(Exception):
@@ -144,7 +144,7 @@ class ModelAdapter(ABC):
 
     def text_positions(self, start: int, n: int) -> Tensor:
         """Positions (n, A) of n text tokens starting at ``start`` (the same on every axis)."""
-        return torch.arange(start, start + n, dtype=torch.long).unsqueeze(1).expand(n, self.position_axes).clone()
+        return text_positions(start, n, self.position_axes)
 
     # -- running the language model ----------------------------------------------------------------
     def embed(self, ids: Tensor) -> Tensor:
@@ -152,10 +152,7 @@ class ModelAdapter(ABC):
 
     def position_ids(self, positions: Tensor) -> Tensor:
         """Session positions (n, A) in the layout the text model takes."""
-        positions = positions.to(self.device)
-        if self.position_axes == 1:
-            return positions[:, 0].unsqueeze(0)
-        return positions.T.unsqueeze(1)  # (3, 1, n)
+        return to_model_position_ids(positions.to(self.device))
 
     @torch.inference_mode()
     def forward(self, embeds: Tensor, positions: Tensor, cache, *, attentions: bool = False):
@@ -189,6 +186,26 @@ class ModelAdapter(ABC):
             yield
         finally:
             self.text_model.set_attn_implementation(previous)
+
+    @torch.inference_mode()
+    def approx_attention(self, embeds: Tensor, positions: Tensor, cache) -> list[Tensor]:
+        """The reference code's cheap pseudo-query attention, per layer (1, heads, q, cached).
+
+        Queries are the raw token embeddings through each layer's query projection (no hidden
+        states), rotated at ``positions``; keys are the cached ones. Nothing is appended.
+        """
+        embeds = embeds.to(self.dtype)
+        cos, sin = self.text_model.rotary_emb(embeds, self.position_ids(positions))
+        cos, sin = cos.unsqueeze(1).float(), sin.unsqueeze(1).float()
+        weights = []
+        for index, layer in enumerate(self.text_model.layers):
+            attn = layer.self_attn
+            q = attn.q_proj(embeds).view(1, embeds.shape[1], -1, attn.head_dim).transpose(1, 2).float()
+            q = q * cos + rotate_half(q) * sin
+            keys = cache.stream_layers[index].stored_keys().float()
+            keys = keys.repeat_interleave(q.shape[1] // keys.shape[1], dim=1)
+            weights.append(torch.softmax(q @ keys.transpose(-1, -2) * attn.scaling, dim=-1))
+        return weights
 
     @torch.inference_mode()
     def logits(self, hidden: Tensor) -> Tensor:

@@ -1,0 +1,97 @@
+"""Driving a session from a frame source, with questions due at stream times.
+
+``run_stream`` feeds frames to the session chunk by chunk. A question due at time T is asked
+once every frame up to T has been ingested and before any later frame: pending frames of a
+partial chunk are flushed first. Questions without a time are asked at the end of the stream.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .session import Answer, Session
+
+_CLOCK = re.compile(r"^(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)$")
+_SECONDS = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?$")
+
+
+def parse_time(text: str) -> float:
+    """Seconds from ``30``, ``30s``, ``1.5m``, ``2h``, ``250ms``, ``1:05`` or ``1:02:03``."""
+    text = text.strip().lower()
+    if m := _CLOCK.match(text):
+        hours, minutes, seconds = m.group(1), m.group(2), m.group(3)
+        return int(hours or 0) * 3600 + int(minutes) * 60 + float(seconds)
+    if m := _SECONDS.match(text):
+        scale = {"ms": 1e-3, "s": 1, None: 1, "m": 60, "min": 60, "h": 3600}[m.group(2)]
+        return float(m.group(1)) * scale
+    raise ValueError(f"cannot read {text!r} as a stream time (try 30s, 1:05 or 1:02:03)")
+
+
+@dataclass(frozen=True)
+class TimedQuestion:
+    """A question and the stream time it is due at (None: at the end of the stream)."""
+
+    question: str
+    at_s: float | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> TimedQuestion:
+        """``TIME=QUESTION`` as given to ``--ask-at``."""
+        if "=" not in text:
+            raise ValueError(f"--ask-at expects TIME=QUESTION, got {text!r}")
+        when, question = text.split("=", 1)
+        if not question.strip():
+            raise ValueError(f"--ask-at {text!r} has an empty question")
+        return cls(question.strip(), parse_time(when))
+
+
+@dataclass
+class AskedAnswer:
+    answer: Answer
+    asked_at_s: float | None  # the time it was due at (None: end of stream)
+    stats: dict
+
+
+def run_stream(
+    session: Session,
+    frames: Iterable,
+    questions: list[TimedQuestion],
+    *,
+    on_answer: Callable[[AskedAnswer], None] | None = None,
+    on_frame: Callable[[object], None] | None = None,
+    on_token: Callable[[str], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> list[AskedAnswer]:
+    """Stream ``frames`` (objects with ``image`` and ``timestamp``) and answer ``questions``."""
+    timed = sorted((q for q in questions if q.at_s is not None), key=lambda q: q.at_s)
+    at_end = [q for q in questions if q.at_s is None]
+    answers: list[AskedAnswer] = []
+
+    def ask(q: TimedQuestion) -> None:
+        pieces = []
+        for piece in session.ask(q.question):
+            pieces.append(piece)
+            if on_token:
+                on_token(piece)
+        result = AskedAnswer(session.last_answer, q.at_s, session.stats())
+        answers.append(result)
+        if on_answer:
+            on_answer(result)
+
+    for frame in frames:
+        while timed and frame.timestamp > timed[0].at_s:
+            session.flush()
+            ask(timed.pop(0))
+        session.ingest([frame.image], [frame.timestamp])
+        if on_frame:
+            on_frame(frame)
+        if should_stop and should_stop():
+            break
+    session.flush()
+    for q in [*timed, *at_end]:
+        ask(q)
+    return answers

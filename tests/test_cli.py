@@ -1,0 +1,88 @@
+"""The `hermes` command as a user meets it: JSON answers, one-line errors, listings."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from hermes_cli.cli import app
+from tests.media import make_video
+
+runner = CliRunner()
+REQUIRED = {"question", "answer", "stream_time_s", "frames_seen", "ttft_ms", "tpot_ms", "cache", "memory", "model", "policy"}
+
+
+def hermes(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "hermes_cli.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="module")
+def video(tmp_path_factory):
+    path = tmp_path_factory.mktemp("media") / "clip.mp4"
+    make_video(path, seconds=12, fps=8, size=(96, 64), scene_change_at=6)
+    return str(path)
+
+
+def json_lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_watch_json_answers(video):
+    result = runner.invoke(app, ["watch", video, "--model", "tiny", "--policy", "full", "--chunk", "4",
+                                 "--ask", "What happens?", "--ask", "And then?", "--max-new-tokens", "4", "--json"])
+    assert result.exit_code == 0, result.output
+    records = json_lines(result.stdout)
+    assert [r["question"] for r in records] == ["What happens?", "And then?"]
+    for record in records:
+        assert REQUIRED <= record.keys()
+        assert record["frames_seen"] == 12 and record["stream_time_s"] == pytest.approx(11.0)
+        cache = record["cache"]
+        assert len(cache["tokens_per_layer"]) == 10 and len(set(cache["tokens_per_layer"])) == 1
+        assert cache["budget"] is None and cache["kv_bytes"] > 0
+        assert record["memory"]["rss_bytes"] > 0 and record["memory"]["gpu_peak_bytes"] is None
+        assert record["model"] == "tiny" and record["policy"] == "full" and record["ttft_ms"] > 0
+
+
+def test_watch_ask_at_answers_at_stream_time(video):
+    result = runner.invoke(app, ["watch", video, "--model", "tiny-llava-onevision", "--policy", "full", "--chunk", "4",
+                                 "--ask-at", "3s=early?", "--ask", "late?", "--max-new-tokens", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    early, late = json_lines(result.stdout)
+    assert early["asked_at_s"] == 3 and early["frames_seen"] == 4 and early["stream_time_s"] == 3.0
+    assert late["asked_at_s"] is None and late["frames_seen"] == 12
+
+
+def test_unavailable_hub_model_fails_fast_with_one_line(video):
+    result = hermes("watch", video, "--model", "nobody/no-such-model-7B", "--ask", "hi")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--model tiny" in lines[0] and "Traceback" not in result.stderr
+
+
+def test_missing_file_is_one_line():
+    result = hermes("watch", "/no/such/video.mp4", "--model", "tiny", "--ask", "hi")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == ["error: no such file: /no/such/video.mp4 — check the path"]
+
+
+def test_bad_ask_at_and_policy_option(video):
+    for args, needle in ((["--ask-at", "soon=hi"], "stream time"), (["--policy-opt", "nope=1"], "no parameter")):
+        result = runner.invoke(app, ["watch", video, "--model", "tiny", *args])
+        assert result.exit_code != 0 and needle in str(result.exception)
+
+
+def test_models_and_policies_listings():
+    models = runner.invoke(app, ["models", "--json"])
+    data = json.loads(models.stdout)
+    assert data["default"] == "llava-hf/llava-onevision-qwen2-0.5b-ov-hf"  # no GPU here
+    assert {"qwen2.5-vl", "llava-onevision"} <= {m["family"] for m in data["models"]}
+    policies = json.loads(runner.invoke(app, ["policies", "--json"]).stdout)
+    assert policies[0]["name"] == "full"
+    assert all(p["help"] for pol in policies for p in pol["parameters"])
