@@ -181,6 +181,7 @@ def answer_record(result) -> dict:
 def _run_batch(session, frames, questions, json_out: bool) -> None:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from .session import PositionLimitError
     from .sources import SourceError
     from .streaming import run_stream
 
@@ -211,7 +212,7 @@ def _run_batch(session, frames, questions, json_out: bool) -> None:
                                      f"{max(s['cache']['tokens_per_layer'])} tokens/layer")
 
             run_stream(session, frames, questions, on_answer=on_answer, on_frame=on_frame if show_progress else None)
-    except SourceError as exc:
+    except (SourceError, PositionLimitError) as exc:
         raise UserError(str(exc)) from exc
     for warning in getattr(getattr(frames, "stats", None), "warnings", []) or []:
         err.print(f"[yellow]warning:[/] {warning}")

@@ -154,7 +154,7 @@ class ModelAdapter(ABC):
         """Session positions (n, A) in the layout the text model takes."""
         return to_model_position_ids(positions.to(self.device))
 
-    @torch.inference_mode()
+    @torch.no_grad()
     def forward(self, embeds: Tensor, positions: Tensor, cache, *, attentions: bool = False):
         """Run the language model on ``embeds`` at explicit ``positions``, appending to ``cache``.
 
@@ -187,7 +187,7 @@ class ModelAdapter(ABC):
         finally:
             self.text_model.set_attn_implementation(previous)
 
-    @torch.inference_mode()
+    @torch.no_grad()
     def approx_attention(self, embeds: Tensor, positions: Tensor, cache) -> list[Tensor]:
         """The reference code's cheap pseudo-query attention, per layer (1, heads, q, cached).
 
@@ -207,7 +207,7 @@ class ModelAdapter(ABC):
             weights.append(torch.softmax(q @ keys.transpose(-1, -2) * attn.scaling, dim=-1))
         return weights
 
-    @torch.inference_mode()
+    @torch.no_grad()
     def logits(self, hidden: Tensor) -> Tensor:
         return self.model.lm_head(hidden).float()
 

@@ -41,7 +41,7 @@ class LlavaOneVisionAdapter(ModelAdapter):
         )
         return split_prompt(rendered, self.video_token)
 
-    @torch.inference_mode()
+    @torch.no_grad()
     def encode(self, frames: np.ndarray, first_unit: int) -> EncodedChunk:
         out = self.processor.video_processor(videos=[frames], return_tensors="pt", do_sample_frames=False)
         pixels = out["pixel_values_videos"].to(self.device, self.model.dtype)

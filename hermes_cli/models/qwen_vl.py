@@ -49,7 +49,7 @@ class QwenVLAdapter(ModelAdapter):
         )
         return split_prompt(rendered, self.video_token)
 
-    @torch.inference_mode()
+    @torch.no_grad()
     def encode(self, frames: np.ndarray, first_unit: int) -> EncodedChunk:
         if frames.shape[0] % self.frames_per_unit:
             raise ValueError(f"Qwen-VL chunks need a multiple of {self.frames_per_unit} frames")
