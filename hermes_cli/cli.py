@@ -150,6 +150,52 @@ def watch(
     _run_batch(session, frames, questions, json_out)
 
 
+@app.command()
+def chat(
+    source: Annotated[Optional[str], typer.Argument(help="A live URL (rtsp, rtmp, tcp, udp, http) — or, with --webcam, a camera device.")] = None,
+    webcam: Annotated[bool, typer.Option("--webcam", help="Watch a camera (default: this platform's first camera).")] = False,
+    list_devices: Annotated[bool, typer.Option("--list-devices", help="List the cameras found and exit.")] = False,
+    model: ModelOpt = None,
+    policy: PolicyOpt = "hermes",
+    budget: BudgetOpt = 6000,
+    policy_opt: PolicyOptsOpt = None,
+    fps: FpsOpt = 1.0,
+    chunk: ChunkOpt = 16,
+    reindex: ReindexOpt = "lazy",
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Longest answer in tokens.")] = 128,
+    system: Annotated[Optional[str], typer.Option("--system", help="System prompt.")] = None,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """Talk about a live camera or stream while it runs: an interactive prompt with live readouts.
+
+    Example: hermes chat --webcam            (Linux: /dev/video0; macOS: camera 0)
+             hermes chat --webcam /dev/video2 --model Qwen/Qwen2.5-VL-3B-Instruct
+             hermes chat rtsp://camera.local/stream
+    """
+    DEBUG["on"] = debug
+    from .sources import default_camera, devices_hint
+    from .sources import list_devices as find_cameras
+
+    if list_devices:
+        cameras = find_cameras()
+        for camera in cameras:
+            out.print(camera)
+        if not cameras:
+            err.print(f"no cameras found — {devices_hint()}", soft_wrap=True)
+        return
+    if not webcam and not source:
+        raise UserError("nothing to watch: pass --webcam [DEVICE] or a live URL (see hermes chat --help)")
+    spec = (source or default_camera()) if webcam else source
+    frames = _open_source(spec, fps, webcam=webcam)
+    session = build_session(model, policy, budget, policy_opt, fps, chunk, device, dtype, reindex,
+                            max_new_tokens=max_new_tokens, system_prompt=system)
+    from .live import run_interactive
+
+    run_interactive(session, frames)
+
+
 def _open_source(spec: str, fps: float, **kwargs):
     from .sources import SourceError, open_source
 
