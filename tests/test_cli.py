@@ -86,3 +86,31 @@ def test_models_and_policies_listings():
     policies = json.loads(runner.invoke(app, ["policies", "--json"]).stdout)
     assert policies[0]["name"] == "full"
     assert all(p["help"] for pol in policies for p in pol["parameters"])
+
+
+def test_watch_a_file_served_over_http(video):
+    from tests.media import serve_http
+
+    url, stop = serve_http(video)
+    try:
+        result = runner.invoke(app, ["watch", url, "--model", "tiny", "--chunk", "4", "--budget", "40",
+                                     "--ask", "What is shown?", "--max-new-tokens", "3", "--json"])
+    finally:
+        stop()
+    assert result.exit_code == 0, result.output
+    (record,) = json_lines(result.stdout)
+    assert record["frames_seen"] == 12 and record["policy"] == "hermes"
+    assert max(record["cache"]["video_tokens_per_layer"]) <= 40
+
+
+def test_watch_a_live_mpegts_stream_over_tcp():
+    from tests.media import serve_mpegts_tcp
+
+    url, thread = serve_mpegts_tcp(seconds=6, fps=10, size=(96, 64), speed=4.0)
+    result = runner.invoke(app, ["watch", url, "--model", "tiny-llava-onevision", "--chunk", "2", "--policy", "fifo",
+                                 "--budget", "16", "--ask", "What is live?", "--max-new-tokens", "3", "--json"])
+    thread.join(30)
+    assert result.exit_code == 0, result.output
+    (record,) = json_lines(result.stdout)
+    assert 4 <= record["frames_seen"] <= 6 and record["stream_time_s"] >= 3
+    assert max(record["cache"]["video_tokens_per_layer"]) <= 16
