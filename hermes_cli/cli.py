@@ -324,6 +324,11 @@ def policies(json_out: JsonOpt = False) -> None:
     out.print("set parameters with --policy-opt KEY=VALUE")
 
 
+from .eval_cmd import evaluate  # noqa: E402  (light: heavy imports happen inside)
+
+app.command("eval")(evaluate)
+
+
 def main() -> None:
     """Entry point: run the app; user errors become one line on stderr and exit code 2."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -115,7 +115,7 @@ def toolbar_text(ingestor: Ingestor) -> str:
     answer = session.last_answer
     parts = [
         f"{state} {int(t // 60):02d}:{t % 60:04.1f}",
-        f"frames {s['frames_seen']} seen · {len(set().union(*session.held_units())) if s['units_seen'] else 0} units kept"
+        f"frames {s['frames_seen']} seen · {s['units_kept']} units kept"
         + (f" · {dropped} dropped" if dropped else ""),
         f"cache {tokens}/{budget} tok · {_mib(cache['kv_bytes'])}",
         f"RSS {_mib(mem['rss_bytes'])}" + (f" · GPU peak {_mib(mem['gpu_peak_bytes'])}" if mem["gpu_peak_bytes"] else ""),

@@ -351,6 +351,7 @@ class Session:
             "stream_time_s": round(self.stream_time_s, 3),
             "frames_seen": self.frames_seen,
             "units_seen": self.units_seen,
+            "units_kept": len(set().union(*self.held_units())),
             "cache": {
                 "tokens_per_layer": [l.length for l in cache.stream_layers],
                 "video_tokens_per_layer": video,

@@ -2,26 +2,31 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from .base import LayerChoice, LayerTokens, Policy, StreamState, Summary
+from .fifo import FifoPolicy
 from .full import FullPolicy
+from .hermes import HermesPolicy
+from .infinipot import InfiniPotPolicy
+from .sink import SinkPolicy
+from .uniform import UniformPolicy
 
-POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (FullPolicy,)}
+KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}  # by parameter type
+POLICIES: dict[str, type[Policy]] = {
+    cls.name: cls for cls in (FullPolicy, FifoPolicy, SinkPolicy, UniformPolicy, InfiniPotPolicy, HermesPolicy)
+}
 
 
 def make_policy(name: str, **options) -> Policy:
-    """Build a policy by name with parameter overrides; unknown names or options raise ValueError."""
-    try:
-        cls = POLICIES[name]
-    except KeyError:
-        raise ValueError(f"unknown policy {name!r}; choose one of: {', '.join(POLICIES)}") from None
+    """Build a policy by name with parameter overrides; unknown names, options or types raise ValueError."""
+    cls = policy_class(name)
     known = {f.name: f for f in cls.parameters()}
-    for key in options:
+    values = {}
+    for key, value in options.items():
         if key not in known:
-            hint = ", ".join(known) or "none"
-            raise ValueError(f"policy {name!r} has no parameter {key!r} (parameters: {hint})")
-    return cls(**options)
+            raise ValueError(f"policy {name!r} has no parameter {key!r} (parameters: {', '.join(known) or 'none'})")
+        check_type(name, key, known[key].default, value)
+        values[key] = type(known[key].default)(value)  # an int given for a float becomes a float
+    return cls(**values)
 
 
 def parse_option(policy: str, text: str) -> tuple[str, object]:
@@ -29,10 +34,7 @@ def parse_option(policy: str, text: str) -> tuple[str, object]:
     if "=" not in text:
         raise ValueError(f"--policy-opt expects KEY=VALUE, got {text!r}")
     key, raw = (s.strip() for s in text.split("=", 1))
-    cls = POLICIES.get(policy)
-    if cls is None:
-        raise ValueError(f"unknown policy {policy!r}; choose one of: {', '.join(POLICIES)}")
-    fields = {f.name: f for f in cls.parameters()}
+    fields = {f.name: f for f in policy_class(policy).parameters()}
     if key not in fields:
         raise ValueError(f"policy {policy!r} has no parameter {key!r} (parameters: {', '.join(fields) or 'none'})")
     default = fields[key].default
@@ -48,11 +50,32 @@ def parse_option(policy: str, text: str) -> tuple[str, object]:
         else:
             value = raw
     except ValueError:
-        raise ValueError(f"{policy}.{key} expects a {type(default).__name__}, got {raw!r}") from None
+        raise ValueError(f"{policy}.{key} expects {KINDS[type(default)]}, got {raw!r}") from None
     return key, value
+
+
+def policy_class(name: str) -> type[Policy]:
+    """The registered policy class called ``name``; ValueError listing the choices otherwise."""
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; choose one of: {', '.join(POLICIES)}") from None
+
+
+def check_type(policy: str, key: str, default: object, value: object) -> None:
+    """ValueError unless ``value`` has the type of the parameter's default (an int is a valid float)."""
+    expected = type(default)
+    if expected is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif expected is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, expected)
+    if not ok:
+        raise ValueError(f"{policy}.{key} expects {KINDS[expected]}, got {value!r}")
 
 
 __all__ = [
     "POLICIES", "LayerChoice", "LayerTokens", "Policy", "StreamState", "Summary",
-    "make_policy", "parse_option", "dataclasses",
+    "make_policy", "parse_option",
 ]

@@ -101,8 +101,11 @@ class Policy(ABC):
         """Texts whose attention over the cache the policy needs, by name. Default: none."""
         return {}
 
-    def target(self, budget: int | None) -> int | None:
-        """Tokens per layer after a compression (None: never compress)."""
+    def target(self, budget: int | None, tokens_per_frame: int = 1) -> int | None:
+        """Tokens per layer after a compression (None: never compress).
+
+        ``tokens_per_frame`` matters only to policies that keep whole frames (``uniform``).
+        """
         return budget
 
     def should_compress(self, n_tokens: int, budget: int | None) -> bool:
@@ -111,7 +114,12 @@ class Policy(ABC):
 
     @abstractmethod
     def select(self, state: StreamState) -> list[LayerChoice]:
-        """Choose what each layer keeps; every layer's ``size`` must equal ``target(budget)``."""
+        """Choose what each layer keeps.
+
+        Every layer's ``size`` equals ``target(budget, tokens_per_frame)``. When no layer needs
+        compressing (``should_compress``), every layer keeps everything: the engine does not call
+        then, but may.
+        """
 
     @classmethod
     def parameters(cls) -> list[dataclasses.Field]:
@@ -123,8 +131,25 @@ def param(default, help: str):
     return field(default=default, metadata={"help": help})
 
 
+def require(condition: bool, message: str) -> None:
+    """Raise ValueError(message) unless ``condition``: parameter checks in ``__post_init__``."""
+    if not condition:
+        raise ValueError(message)
+
+
+def at_rest(policy: Policy, state: StreamState) -> bool:
+    """Whether no layer needs compressing: then ``select`` keeps everything."""
+    return not any(policy.should_compress(layer.n, state.budget) for layer in state.layers)
+
+
 def keep_all(state: StreamState) -> list[LayerChoice]:
-    return [LayerChoice(torch.arange(layer.n)) for layer in state.layers]
+    """Every layer keeps every token, no summary."""
+    return [LayerChoice(torch.arange(layer.n, device=layer.token_id.device)) for layer in state.layers]
+
+
+def newest(n: int, k: int, device: torch.device | None = None) -> Tensor:
+    """Indices of the newest ``k`` of ``n`` tokens (all of them when k >= n)."""
+    return torch.arange(max(0, n - max(k, 0)), n, device=device)
 
 
 def top_k_sorted(scores: Tensor, k: int) -> Tensor:
@@ -133,3 +158,15 @@ def top_k_sorted(scores: Tensor, k: int) -> Tensor:
     # A stable descending sort keeps ties in index order, so results are deterministic.
     order = torch.sort(scores, descending=True, stable=True).indices[:k]
     return torch.sort(order).values
+
+
+def top_k_tiered(tier: Tensor, scores: Tensor, k: int) -> Tensor:
+    """Indices of the k best tokens ranked by ``tier`` first, then ``scores``; increasing order.
+
+    Forcing tokens in by tier avoids adding a large constant to the scores, which would
+    erase the differences between them in floating point. Ties: the older token wins.
+    """
+    k = max(0, min(k, scores.shape[0]))
+    by_score = torch.sort(scores, descending=True, stable=True).indices
+    by_tier = by_score[torch.sort(tier[by_score], descending=True, stable=True).indices]
+    return torch.sort(by_tier[:k]).values

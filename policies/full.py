@@ -12,7 +12,7 @@ class FullPolicy(Policy):
     name = "full"
     description = "everything: no budget, memory grows with the stream (upper bound)"
 
-    def target(self, budget: int | None) -> int | None:
+    def target(self, budget: int | None, tokens_per_frame: int = 1) -> int | None:
         return None
 
     def should_compress(self, n_tokens: int, budget: int | None) -> bool:

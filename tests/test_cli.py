@@ -114,3 +114,29 @@ def test_watch_a_live_mpegts_stream_over_tcp():
     (record,) = json_lines(result.stdout)
     assert 4 <= record["frames_seen"] <= 6 and record["stream_time_s"] >= 3
     assert max(record["cache"]["video_tokens_per_layer"]) <= 16
+
+
+@pytest.fixture(scope="module")
+def two_minutes(tmp_path_factory):
+    path = tmp_path_factory.mktemp("media") / "two-minutes.mp4"
+    make_video(path, seconds=120, fps=2, size=(160, 120), scene_change_at=60)
+    return str(path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["full", "fifo", "sink", "uniform", "infinipot", "hermes"])
+def test_every_policy_keeps_a_two_minute_stream_under_budget(two_minutes, policy):
+    result = runner.invoke(app, ["watch", two_minutes, "--model", "tiny", "--policy", policy, "--budget", "512",
+                                 "--ask", "What changed?", "--max-new-tokens", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    (record,) = json_lines(result.stdout)
+    cache = record["cache"]
+    assert record["frames_seen"] == 120
+    assert len(set(cache["tokens_per_layer"])) == 1
+    if policy == "full":
+        assert cache["budget"] is None and max(cache["video_tokens_per_layer"]) == 720
+    else:
+        assert cache["budget"] == 512 and cache["compressions"] >= 1
+        assert max(cache["stream_tokens_per_layer"]) <= 512
+        assert max(cache["video_tokens_per_layer"]) <= 512
+    assert record["prefill_ms_last_chunk"] > 0 and record["compress_ms_last_chunk"] >= 0

@@ -149,3 +149,16 @@ def test_flush_pads_an_odd_tail_for_qwen(tiny_qwen):
     session.flush()
     assert session.units_seen == 3 and session.frames_seen == 5
     assert np.all(np.diff(session.unit_times) > 0)
+
+
+def test_an_abandoned_answer_still_restores_the_memory(tiny_qwen):
+    """Ctrl-C mid-answer closes the generator: the question's tokens leave the cache."""
+    session = stream(tiny_qwen, moving_square_frames(4), 2)
+    before = session.cache.mark()
+    pieces = session.ask("Tell me everything.", max_new_tokens=20)
+    next(pieces)
+    assert session.cache.length > before.length
+    pieces.close()
+    assert session.cache.length == before.length and session.history == []
+    assert session.lock.acquire(blocking=False)  # the lock was released
+    session.lock.release()

@@ -1,0 +1,292 @@
+"""``hermes eval``: run a benchmark annotation file through a model and memory policy.
+
+Registered in ``cli.py`` as ``app.command("eval")(evaluate)``. Light at import: the model, torch
+and PyAV are loaded only when a run needs them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+TasksOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--tasks", "-t", help="Only these tasks (repeatable or comma-separated, case-insensitive); see --dry-run for the names."),
+]
+
+
+def evaluate(
+    annotations: Annotated[Path, typer.Argument(help="Benchmark annotation JSON (HERMES / ReKV format).", show_default=False)],
+    videos_dir: Annotated[Optional[Path], typer.Option("--videos-dir", "-d", help="Folder holding the videos; annotation paths are remapped by file name (searched recursively).")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Hub id, local directory, or 'tiny' / 'tiny-llava-onevision' (random weights). Default as in `hermes watch`.")] = None,
+    policy: Annotated[str, typer.Option("--policy", "-p", help="Memory policy (see `hermes policies`).")] = "hermes",
+    budget: Annotated[int, typer.Option("--budget", "-b", help="Stream tokens kept per layer (papers: 4000; 6000 for RVS).")] = 4000,
+    policy_opt: Annotated[Optional[list[str]], typer.Option("--policy-opt", help="Policy parameter KEY=VALUE (repeatable).")] = None,
+    fps: Annotated[float, typer.Option("--fps", help="Frames sampled per second of video (papers: 0.5 for LLaVA-OV, 0.5-1 for Qwen2.5-VL).")] = 1.0,
+    chunk: Annotated[int, typer.Option("--chunk", help="Frames per prefill chunk (papers: 16; even for Qwen-VL).")] = 16,
+    reindex: Annotated[Optional[str], typer.Option("--reindex", help="lazy, eager or off. Default: lazy when streaming, eager offline (as in the paper).")] = None,
+    offline: Annotated[Optional[bool], typer.Option("--offline/--streaming", help="Protocol. Default: streaming when the questions carry end times, else offline.", show_default=False)] = None,
+    tasks: TasksOpt = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", "-n", help="Only the first N questions (after --tasks).")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Results JSONL, one record per question. Rerunning with the same file resumes: finished questions are skipped.")] = None,
+    summary_path: Annotated[Optional[Path], typer.Option("--summary", help="Summary JSON (default: next to --output, as NAME.summary.json).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only validate the annotations and count questions per task and missing videos.")] = False,
+    max_new_tokens: Annotated[Optional[int], typer.Option("--max-new-tokens", help="Longest answer (default: 16 for multiple choice, 128 open-ended).")] = None,
+    history: Annotated[bool, typer.Option("--history", help="Keep earlier questions and answers of a stream in the prompt (default: each question alone, as the benchmarks score them).")] = False,
+    npy_fps: Annotated[float, typer.Option("--npy-fps", help="Frame rate of videos stored as .npy frame arrays (RVS-Movie).")] = 1.0,
+    judge_url: Annotated[Optional[str], typer.Option("--judge-url", help="OpenAI-compatible endpoint (e.g. http://localhost:8000/v1) to judge open-ended answers.")] = None,
+    judge_model: Annotated[str, typer.Option("--judge-model", help="Model name sent to the judge.")] = "gpt-3.5-turbo",
+    judge_key_env: Annotated[str, typer.Option("--judge-key-env", help="Environment variable holding the judge's API key.")] = "OPENAI_API_KEY",
+    device: Annotated[Optional[str], typer.Option("--device", help="cpu, cuda, cuda:1 … (default: GPU if present).")] = None,
+    dtype: Annotated[Optional[str], typer.Option("--dtype", help="auto, fp32, bf16, fp16.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")] = False,
+) -> None:
+    """Measure accuracy on a streaming or offline video benchmark, with any model, policy and budget.
+
+    ANNOTATIONS is a JSON list of videos in the format HERMES and ReKV use (StreamingBench,
+    OVO-Bench, RVS-Ego/-Movie, VideoMME, MVBench, EgoSchema): video_id, video_path and
+    conversations (question, answer, choices, end_time …). Entries that do not fit are reported
+    in one summary and skipped; missing videos are counted and skipped.
+
+    Streaming protocol (sets with end times): each video streams once and each question is asked
+    when the stream reaches its end_time, answered from the memory at that moment, then removed
+    from the cache. Offline protocol (--offline; VideoMME, MVBench, EgoSchema): the whole video,
+    then the questions.
+
+    Multiple choice: options are shown as letters and the answer letter is read from the reply;
+    accuracy is reported overall, per task and per video length. Open-ended: predictions are
+    written for a judge (--judge-url), with a built-in "lenient match" that is not the papers' metric.
+
+    Examples:
+
+      hermes eval streamingbench_real.json --videos-dir ~/data/streamingbench --dry-run
+
+      hermes eval streamingbench_real.json -d ~/data/sb -m Qwen/Qwen2.5-VL-7B-Instruct --budget 4000 -o sb.jsonl
+
+      hermes eval videomme.json -d ~/data/videomme --offline --tasks "Counting Problem" --limit 50 -o vm.jsonl
+    """
+    from . import cli
+    from .cli import UserError
+    from .evaluation.annotations import AnnotationError, load_annotations, problems_summary
+    from .evaluation.runner import (
+        EvalError, EvalSettings, VideoFinder, default_protocol, default_reindex, plan_jobs, run_eval,
+        select_questions, summarize,
+    )
+
+    cli.DEBUG["on"] = debug
+    err, out = cli.err, cli.out
+    for name, value, ok in (("--fps", fps, fps > 0), ("--chunk", chunk, chunk >= 1), ("--budget", budget, budget >= 1),
+                            ("--limit", limit, limit is None or limit >= 1), ("--npy-fps", npy_fps, npy_fps > 0),
+                            ("--max-new-tokens", max_new_tokens, max_new_tokens is None or max_new_tokens >= 1)):
+        if not ok:
+            raise UserError(f"{name} must be positive, got {value}")
+    if reindex is not None and reindex not in ("lazy", "eager", "off"):
+        raise UserError(f"--reindex must be lazy, eager or off, got {reindex!r}")
+    if videos_dir is not None and not videos_dir.is_dir():
+        raise UserError(f"--videos-dir {videos_dir} is not a folder — pass the folder that holds the videos")
+    try:
+        aset = load_annotations(annotations)
+    except AnnotationError as exc:
+        raise UserError(str(exc)) from exc
+    for line in problems_summary(aset.problems):
+        err.print(f"[yellow]annotation problem:[/] {line}", soft_wrap=True)
+    if not aset.questions:
+        raise UserError(f"{annotations} holds no usable question ({aset.entries} entries) — see the problems above")
+    task_list = [t for item in tasks or [] for t in item.split(",")]
+    try:
+        questions = select_questions(aset, task_list, limit)
+    except EvalError as exc:
+        raise UserError(str(exc)) from exc
+    finder = VideoFinder(videos_dir, annotations.resolve().parent)
+    protocol = ("offline" if offline else "streaming") if offline is not None else default_protocol(aset)
+
+    if dry_run:
+        _print_dry_run(aset, questions, plan_jobs(aset, questions, finder), protocol, json_out, out)
+        return
+
+    model_name = model
+    if model_name is None:
+        from .models import default_model
+
+        model_name = default_model()[0]
+    settings = EvalSettings(
+        model=model_name, policy=policy, budget=budget, policy_opts=list(policy_opt or []), fps=fps, chunk=chunk,
+        reindex=reindex or default_reindex(protocol), protocol=protocol, history=history,
+        max_new_tokens=max_new_tokens, npy_fps=npy_fps,
+    )
+    factory = _session_factory(settings, device, dtype, quiet=json_out)
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    progress = Progress(
+        TextColumn("[bold]eval[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
+        TimeRemainingColumn(), TextColumn("{task.fields[info]}"),
+        console=err, disable=json_out or not err.is_terminal, transient=True,
+    )
+    try:
+        with progress:
+            task = progress.add_task("questions", total=len(questions), info="")
+
+            def on_progress(n: int, info: str) -> None:
+                progress.update(task, advance=n, info=info)
+
+            from .evaluation.runner import read_results
+
+            previous = read_results(output)
+            done = {r["qid"] for r in previous} & {q.qid for q in questions}
+            progress.update(task, completed=len(done))
+            records, report = run_eval(aset, questions, settings, factory, finder=finder, output=output,
+                                       records=previous, on_progress=on_progress)
+            if judge_url:
+                from .evaluation.judge import Judge
+                from .evaluation.runner import judge_records
+
+                judge = Judge(judge_url, judge_model, os.environ.get(judge_key_env))
+                judged = judge_records(records, judge, output, on_progress=None)
+                errors = [r["judge_error"] for r in records if "judge_error" in r and "judge" not in r]
+                if errors:
+                    err.print(f"[yellow]warning:[/] the judge failed on {len(errors)} answers (first: {errors[0]})", soft_wrap=True)
+                elif judged:
+                    err.print(f"judged {judged} open-ended answers with {judge_model}")
+    except EvalError as exc:
+        raise UserError(str(exc)) from exc
+
+    summary = summarize(records, selected=len(questions))
+    summary["annotations"] = str(annotations)
+    summary["protocol"] = protocol
+    summary["questions"].update(
+        missing_video=report.missing_questions, failed=report.failed_questions,
+        pending=len(questions) - len(records),
+    )
+    summary["videos"] = {"missing": len(report.missing_videos), "failed": report.failed_videos}
+    summary["annotation_problems"] = len(aset.problems)
+    if summary_path is None and output is not None:
+        summary_path = output.with_name(output.stem + ".summary.json")
+    if summary_path is not None:
+        summary_path.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+    for warning in report.warnings:
+        err.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
+    if report.missing_videos:
+        first = report.missing_videos[0]
+        err.print(f"[yellow]missing:[/] {len(report.missing_videos)} videos ({report.missing_questions} questions) "
+                  f"not found{' under ' + str(videos_dir) if videos_dir else ''}, e.g. {first}", soft_wrap=True)
+    for failure in report.failed_videos[:5]:
+        err.print(f"[yellow]failed:[/] {failure['video_id']}: {failure['error']}", soft_wrap=True)
+    if json_out:
+        print(json.dumps(summary, ensure_ascii=False))
+        return
+    _print_summary(summary, report, out)
+    if output is not None:
+        out.print(f"records: {output}" + (f" · summary: {summary_path}" if summary_path else ""))
+
+
+def _session_factory(settings, device, dtype, *, quiet: bool):
+    """A fresh session per stream; the model is loaded once, on the first call."""
+    from . import cli
+
+    state: dict = {}
+
+    def factory():
+        if "adapter" not in state:
+            session = cli.build_session(
+                settings.model, settings.policy, settings.budget, settings.policy_opts, settings.fps, settings.chunk,
+                device, dtype, settings.reindex, max_new_tokens=settings.max_new_tokens or 128,
+                history=settings.history, quiet=quiet,
+            )
+            state["adapter"], state["config"] = session.adapter, session.config
+            return session
+        from dataclasses import replace
+
+        from policies import make_policy, parse_option
+
+        from .session import Session
+
+        options = dict(parse_option(settings.policy, o) for o in settings.policy_opts)
+        return Session(state["adapter"], make_policy(settings.policy, **options), replace(state["config"]))
+
+    return factory
+
+
+def _print_dry_run(aset, questions, jobs, protocol, json_out, out) -> None:
+    from collections import Counter
+
+    selected = {q.qid for q in questions}
+    missing_q = Counter()
+    missing_videos = 0
+    for job in jobs:
+        if job.path is None:
+            missing_videos += 1
+            missing_q.update(q.task for q in job.questions if q.qid in selected)
+    per_task = Counter(q.task for q in questions)
+    mc = Counter(q.task for q in questions if q.multiple_choice)
+    data = {
+        "annotations": str(aset.path), "protocol": protocol, "videos": len(jobs), "missing_videos": missing_videos,
+        "questions": len(questions), "multiple_choice": sum(mc.values()), "open_ended": len(questions) - sum(mc.values()),
+        "timed": sum(q.end_s is not None for q in questions), "unscorable": sum(not q.scorable for q in questions),
+        "problems": len(aset.problems),
+        "per_task": {t: {"questions": n, "multiple_choice": mc[t], "missing_video": missing_q[t]} for t, n in sorted(per_task.items())},
+    }
+    if json_out:
+        print(json.dumps(data, ensure_ascii=False))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{aset.path.name}: {data['questions']} questions, {data['videos']} videos ({protocol} protocol)")
+    for col in ("task", "questions", "multiple choice", "missing video"):
+        table.add_column(col, justify="left" if col == "task" else "right")
+    for t, row in data["per_task"].items():
+        table.add_row(t, str(row["questions"]), str(row["multiple_choice"]), str(row["missing_video"]))
+    out.print(table)
+    out.print(f"videos found: {data['videos'] - missing_videos} of {data['videos']} · questions with end times: "
+              f"{data['timed']} · unscorable: {data['unscorable']} · annotation problems: {data['problems']}")
+
+
+def _fmt(value, suffix: str = "") -> str:
+    return "—" if value is None else f"{value:.2f}{suffix}" if isinstance(value, float) else f"{value}{suffix}"
+
+
+def _print_summary(summary: dict, report, out) -> None:
+    from rich.table import Table
+
+    s = summary.get("settings") or {}
+    title = (f"{Path(summary['annotations']).name} · {s.get('model')} · {s.get('policy')} budget {s.get('budget')} · "
+             f"{summary['protocol']} · {s.get('fps')} fps")
+    q = summary["questions"]
+    mc = summary.get("multiple_choice")
+    if mc:
+        table = Table(title=title)
+        for col in ("group", "questions", "correct", "accuracy %"):
+            table.add_column(col, justify="left" if col == "group" else "right")
+        table.add_row("[bold]overall[/]", str(mc["n"]), str(mc["correct"]), f"[bold]{_fmt(mc['accuracy'])}[/]")
+        for task, row in mc["per_task"].items():
+            table.add_row(f"task: {task}", str(row["n"]), str(row["correct"]), _fmt(row["accuracy"]))
+        for bucket, row in mc["per_duration"].items():
+            table.add_row(f"duration: {bucket}", str(row["n"]), str(row["correct"]), _fmt(row["accuracy"]))
+        out.print(table)
+        if mc["unparsed"]:
+            out.print(f"{mc['unparsed']} replies named no option (counted wrong)")
+    oe = summary.get("open_ended")
+    if oe:
+        table = Table(title=title if not mc else None)
+        for col in ("open-ended", "answers", "score"):
+            table.add_column(col, justify="left" if col == "open-ended" else "right")
+        lm = oe["lenient_match"]
+        table.add_row("lenient match accuracy % (built in, not the papers' metric)", str(lm["n"]), _fmt(lm["accuracy"]))
+        table.add_row("lenient match mean share of reference words", str(lm["n"]), _fmt(lm["mean_score"]))
+        if "judge" in oe:
+            j = oe["judge"]
+            table.add_row(f"judge accuracy % ({j['model']})", str(j["n"]), _fmt(j["accuracy"]))
+            table.add_row("judge mean score (0-5)", str(j["n"]), _fmt(j["mean_score"]))
+        out.print(table)
+    t = summary["timing"]
+    out.print(f"answered {q['answered']} of {q['selected']} questions ({report.answered} now, {report.skipped_done} from an earlier run; "
+              f"{q['missing_video']} without video, {q['failed']} failed) · TTFT mean {_fmt(t['ttft_ms_mean'], ' ms')}, "
+              f"TPOT mean {_fmt(t['tpot_ms_mean'], ' ms')}")

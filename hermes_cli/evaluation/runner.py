@@ -1,0 +1,548 @@
+"""Running a benchmark: the streaming and offline protocols on top of ``Session`` and ``run_stream``.
+
+Streaming protocol (sets whose questions carry end times: StreamingBench, OVO-Bench, RVS): each
+video file is streamed once, from its clip start (``clip_start_time``) when the annotation gives
+one; a question is asked once every sampled frame up to its ``end_time`` was ingested and before
+any later frame (``run_stream``), answered from the memory as it is at that moment, and then
+removed from the cache (``Session.ask`` rolls it back). The stream stops after the last question
+it still owes.
+
+Offline protocol (VideoMME, MVBench, EgoSchema): the whole video (or clip) is streamed, then every
+question is asked of the final memory; eager re-indexing by default, as in the HERMES paper.
+
+Every answer becomes one JSON record, appended to the results file as soon as it exists, so a run
+that stops can be resumed: questions already in the file are skipped (the file must have been
+written with the same settings). ``summarize`` aggregates records: multiple-choice accuracy
+overall, per task and per video-duration bucket; for open-ended sets the lenient match (and the
+judge's verdicts when one was asked).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePath
+
+from .annotations import AnnotationSet, Question, Video
+from .answers import LENIENT_THRESHOLD, format_question, lenient_match, parse_letter
+
+PROTOCOLS = ("streaming", "offline")
+MC_MAX_NEW_TOKENS = 16
+OPEN_MAX_NEW_TOKENS = 128
+
+
+class EvalError(Exception):
+    """A problem with the run's inputs the user can fix (one line)."""
+
+
+@dataclass
+class EvalSettings:
+    """What a result depends on; records carry it, and resuming requires the same."""
+
+    model: str
+    policy: str = "hermes"
+    budget: int = 4000
+    policy_opts: list[str] = field(default_factory=list)
+    fps: float = 1.0
+    chunk: int = 16
+    reindex: str = "lazy"
+    protocol: str = "streaming"
+    history: bool = False
+    max_new_tokens: int | None = None  # None: 16 for multiple choice, 128 for open-ended
+    npy_fps: float = 1.0  # frame rate of videos stored as .npy frame arrays
+
+    def fingerprint(self) -> dict:
+        d = asdict(self)
+        d["policy_opts"] = sorted(self.policy_opts)
+        return d
+
+
+def default_protocol(aset: AnnotationSet) -> str:
+    """Streaming when the questions carry end times, offline otherwise."""
+    return "streaming" if aset.timed else "offline"
+
+
+def default_reindex(protocol: str) -> str:
+    return "lazy" if protocol == "streaming" else "eager"
+
+
+def duration_bucket(category: str | None, seconds: float | None) -> str | None:
+    """VideoMME's own category when given; else short (< 4 min), medium (< 20 min), long."""
+    if category:
+        return category
+    if seconds is None:
+        return None
+    return "short" if seconds < 240 else "medium" if seconds < 1200 else "long"
+
+
+# -- selecting and finding ------------------------------------------------------------------------
+def select_questions(aset: AnnotationSet, tasks: Iterable[str] | None = None, limit: int | None = None) -> list[Question]:
+    """Questions of the chosen tasks (case-insensitive; all when none given), the first ``limit``."""
+    wanted = {t.strip().lower() for t in tasks or [] if t.strip()}
+    known = {t.lower() for t in aset.tasks()}
+    unknown = wanted - known
+    if unknown:
+        raise EvalError(
+            f"no task called {', '.join(sorted(unknown))} in {aset.path.name} — "
+            f"tasks there: {', '.join(sorted(aset.tasks())) or 'none'}"
+        )
+    chosen = [q for q in aset.questions if not wanted or q.task.lower() in wanted]
+    return chosen[:limit] if limit is not None else chosen
+
+
+class VideoFinder:
+    """Where an annotation's video_path is on this machine.
+
+    With ``videos_dir`` the path is remapped by file name under that folder (searched recursively
+    once; when several files share the name, the one whose parent folders match the annotation's
+    path best wins). Without it the path is used as given, relative to the annotation file.
+    """
+
+    def __init__(self, videos_dir: str | Path | None, base_dir: str | Path):
+        self.videos_dir = Path(videos_dir).expanduser() if videos_dir else None
+        self.base_dir = Path(base_dir)
+        self._index: dict[str, list[Path]] | None = None
+
+    def find(self, video_path: str) -> Path | None:
+        pure = PurePath(video_path.replace("\\", "/"))
+        if self.videos_dir is None:
+            path = Path(video_path).expanduser()
+            path = path if path.is_absolute() else self.base_dir / path
+            return path if path.is_file() else None
+        direct = self.videos_dir / pure.name
+        if direct.is_file():
+            return direct
+        candidates = self._by_name().get(pure.name, [])
+        if not candidates:
+            return None
+        parents = pure.parts[:-1]
+
+        def overlap(path: Path) -> int:
+            n, theirs = 0, path.parts[:-1]
+            while n < min(len(parents), len(theirs)) and parents[-1 - n] == theirs[-1 - n]:
+                n += 1
+            return n
+
+        return max(candidates, key=overlap)
+
+    def _by_name(self) -> dict[str, list[Path]]:
+        if self._index is None:
+            self._index = {}
+            if self.videos_dir.is_dir():
+                for path in sorted(self.videos_dir.rglob("*")):
+                    if path.is_file():
+                        self._index.setdefault(path.name, []).append(path)
+        return self._index
+
+
+# -- results file ---------------------------------------------------------------------------------
+def read_results(path: str | Path | None) -> list[dict]:
+    """Records of a results JSONL file ([] when absent); a torn last line (a killed run) is ignored."""
+    if path is None or not Path(path).exists():
+        return []
+    records = []
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines()):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and "qid" in record:
+            records.append(record)
+    return records
+
+
+def write_results(path: Path, records: list[dict]) -> None:
+    """Rewrite a results file atomically (used after judging)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def check_resumable(records: list[dict], settings: EvalSettings, output: Path | None) -> None:
+    mine = settings.fingerprint()
+    for r in records:
+        theirs = r.get("settings")
+        if theirs != mine:
+            diff = ", ".join(
+                f"{k}={theirs.get(k)!r} (now {v!r})" for k, v in mine.items() if not isinstance(theirs, dict) or theirs.get(k) != v
+            )
+            raise EvalError(
+                f"{output} holds results of other settings ({diff or 'unknown settings'}) — "
+                "use another --output, or delete the file to start over"
+            )
+
+
+# -- frames -----------------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class ArrayFrame:
+    image: object
+    timestamp: float
+    index: int
+
+
+class NpyFrames:
+    """Frames stored as a (T, H, W, 3) uint8 .npy array (ReKV's RVS-Movie videos), at ``npy_fps``.
+
+    When the array is no longer than the annotation's clip, it holds only the clip and its first
+    frame is at ``clip_start``; otherwise frame i is at i / npy_fps.
+    """
+
+    def __init__(self, path: Path, fps: float, npy_fps: float, start_s: float, end_s: float | None,
+                 clip_start_s: float | None, clip_end_s: float | None):
+        import numpy as np
+
+        from ..sources import SourceError
+
+        try:
+            self.array = np.load(path, mmap_mode="r")
+        except (OSError, ValueError) as exc:
+            raise SourceError(f"{path.name}: not a readable .npy frame array ({exc})") from None
+        if self.array.ndim != 4 or self.array.shape[-1] != 3:
+            raise SourceError(f"{path.name}: expected frames of shape (T, H, W, 3), got {tuple(self.array.shape)}")
+        self.fps, self.npy_fps, self.start_s, self.end_s = fps, npy_fps, start_s, end_s
+        n = self.array.shape[0]
+        self.offset = 0.0
+        if clip_start_s is not None and clip_end_s is not None and n / npy_fps <= clip_end_s - clip_start_s + 2 / npy_fps:
+            self.offset = clip_start_s
+        self.duration_s = self.offset + n / npy_fps
+
+    def __iter__(self) -> Iterator[ArrayFrame]:
+        import numpy as np
+
+        from ..sources import TimestampSampler
+
+        sampler = TimestampSampler(self.fps, self.start_s)
+        k = 0
+        for i in range(self.array.shape[0]):
+            t = self.offset + i / self.npy_fps
+            if self.end_s is not None and t > self.end_s + 1e-6:
+                return
+            if t + 1e-6 < self.start_s or not sampler.take(t):
+                continue
+            yield ArrayFrame(np.ascontiguousarray(self.array[i], dtype=np.uint8), t, k)
+            k += 1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+def open_frames(path: Path, video: Video, settings: EvalSettings, end_s: float | None):
+    """An iterable of frames (``image``, ``timestamp``) for a video, from its clip start to ``end_s``."""
+    start = video.clip_start_s or 0.0
+    if path.suffix.lower() == ".npy":
+        return NpyFrames(path, settings.fps, settings.npy_fps, start, end_s, video.clip_start_s, video.clip_end_s)
+    from ..sources import open_source
+
+    return open_source(str(path), settings.fps, start_s=start, end_s=end_s)
+
+
+# -- running ----------------------------------------------------------------------------------------
+@dataclass
+class RunReport:
+    """What one invocation did (not part of the summary, which depends on the records only)."""
+
+    answered: int = 0
+    skipped_done: int = 0
+    missing_videos: list[str] = field(default_factory=list)
+    missing_questions: int = 0
+    failed_videos: list[dict] = field(default_factory=list)
+    failed_questions: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Job:
+    """One stream: a video file (None: missing) and clip window, the questions asked of it, and the
+    end times of every question the annotations hold for it (selected or not, done or not)."""
+
+    path: Path | None
+    videos: list[Video]
+    questions: list[Question]
+    flush_times: list[float] = field(default_factory=list)
+
+
+def plan_jobs(aset: AnnotationSet, questions: list[Question], finder: VideoFinder) -> list[Job]:
+    """Group questions by the video file they need (one stream per file and clip window), in file order."""
+    found = {v.index: finder.find(v.video_path) for v in aset.videos}
+
+    def key(video: Video) -> tuple:
+        path = found[video.index]
+        return (str(path) if path else f"missing:{video.video_path}", video.clip_start_s, video.clip_end_s)
+
+    videos = {v.index: v for v in aset.videos}
+    jobs: dict[tuple, Job] = {}
+    for q in questions:
+        video = videos[q.video_index]
+        job = jobs.setdefault(key(video), Job(found[video.index], [], []))
+        if video not in job.videos:
+            job.videos.append(video)
+        job.questions.append(q)
+    for video in aset.videos:
+        if (job := jobs.get(key(video))) is not None:
+            job.flush_times.extend(q.end_s for q in video.questions if q.end_s is not None)
+    for job in jobs.values():
+        job.flush_times = sorted(set(job.flush_times))
+    return list(jobs.values())
+
+
+def flushed_at(frames: Iterable, session, times: list[float]) -> Iterator:
+    """Frames, with the session's partial chunk flushed wherever a question of the annotations falls.
+
+    ``run_stream`` flushes before each question it asks, which sets the chunk boundaries and so the
+    memory. Flushing at every annotated question time — asked now, asked in an earlier run, or left
+    out by --tasks/--limit — makes the memory at a given time the same whichever questions a run
+    asks: a resumed or filtered run answers exactly as a complete one.
+    """
+    i = 0
+    for frame in frames:
+        while i < len(times) and frame.timestamp > times[i]:
+            session.flush()
+            i += 1
+        yield frame
+
+
+def run_eval(
+    aset: AnnotationSet,
+    questions: list[Question],
+    settings: EvalSettings,
+    session_factory: Callable[[], object],
+    *,
+    finder: VideoFinder,
+    output: Path | None = None,
+    records: list[dict] | None = None,
+    on_progress: Callable[[int, str], None] | None = None,
+    on_record: Callable[[dict], None] | None = None,
+) -> tuple[list[dict], RunReport]:
+    """Answer every selected question not yet in ``records`` (those of ``output`` when resuming).
+
+    Returns all records of the selected questions (earlier and new) and a report of this run.
+    ``session_factory`` gives a fresh session per stream; it is not called when nothing is left.
+    """
+    from ..session import PositionLimitError
+    from ..sources import SourceError
+    from ..streaming import TimedQuestion, run_stream
+
+    if settings.protocol not in PROTOCOLS:
+        raise EvalError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {settings.protocol!r}")
+    selected = {q.qid for q in questions}
+    previous = records if records is not None else read_results(output)
+    previous = [r for r in previous if r["qid"] in selected]
+    check_resumable(previous, settings, output)
+    done = {r["qid"] for r in previous}
+    all_records = list(previous)
+    report = RunReport(skipped_done=len(done))
+    progress = on_progress or (lambda n, info: None)
+    videos = {v.index: v for v in aset.videos}
+    sink = None
+    if output is not None:
+        torn = output.exists() and output.stat().st_size > 0 and not output.read_bytes().endswith(b"\n")
+        sink = open(output, "a", encoding="utf-8")
+        if torn:  # a run killed mid-line: end that line so the next record starts on its own
+            sink.write("\n")
+    try:
+        for job in plan_jobs(aset, questions, finder):
+            path, vids = job.path, job.videos
+            pending = [q for q in job.questions if q.qid not in done]
+            if not pending:
+                continue
+            names = ", ".join(v.video_id for v in vids)
+            if path is None:
+                report.missing_videos.append(vids[0].video_path)
+                report.missing_questions += len(pending)
+                progress(len(pending), f"missing video {PurePath(vids[0].video_path).name}")
+                continue
+            video = vids[0]
+            if settings.protocol == "streaming":
+                timed = sorted((q for q in pending if q.end_s is not None), key=lambda q: q.end_s)
+                order = timed + [q for q in pending if q.end_s is None]
+                # stop after the last question owed; untimed questions wait for the clip's end
+                end = timed[-1].end_s if len(timed) == len(pending) else video.clip_end_s
+                asks = [TimedQuestion(format_question(q.question, q.choices), q.end_s) for q in order]
+            else:
+                order, end = pending, video.clip_end_s
+                asks = [TimedQuestion(format_question(q.question, q.choices)) for q in order]
+            asked = 0
+            frames = None
+            try:
+                frames = open_frames(path, video, settings, end)
+                session = session_factory()
+                session.config.max_new_tokens = settings.max_new_tokens or (
+                    MC_MAX_NEW_TOKENS if all(q.multiple_choice for q in order) else OPEN_MAX_NEW_TOKENS
+                )
+                source_duration = getattr(frames, "duration_s", None)
+
+                def on_answer(result):
+                    nonlocal asked
+                    q = order[asked]
+                    asked += 1
+                    record = make_record(q, videos[q.video_index], path, result, settings, source_duration)
+                    all_records.append(record)
+                    report.answered += 1
+                    if sink is not None:
+                        sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+                        sink.flush()
+                    if on_record:
+                        on_record(record)
+                    progress(1, f"{names} @ {result.answer.stream_time_s:.0f}s")
+
+                with frames:
+                    stream = flushed_at(frames, session, job.flush_times) if settings.protocol == "streaming" else frames
+                    run_stream(session, stream, asks, on_answer=on_answer)
+                for warning in getattr(getattr(frames, "stats", None), "warnings", []) or []:
+                    report.warnings.append(warning)
+            except (SourceError, PositionLimitError, ValueError, OSError) as exc:
+                left = len(order) - asked
+                report.failed_videos.append({"video_id": names, "path": str(path), "error": str(exc), "questions_lost": left})
+                report.failed_questions += left
+                progress(left, f"failed: {names}")
+    finally:
+        if sink is not None:
+            sink.close()
+    order_of = {q.qid: i for i, q in enumerate(questions)}
+    all_records.sort(key=lambda r: order_of.get(r["qid"], len(order_of)))
+    return all_records, report
+
+
+def make_record(q: Question, video: Video, path: Path, result, settings: EvalSettings, source_duration: float | None) -> dict:
+    """The JSON record of one answered question."""
+    a, stats = result.answer, result.stats
+    prediction = a.text
+    record = {
+        "qid": q.qid,
+        "video_id": video.video_id,
+        "video_path": str(path),
+        "task": q.task,
+        "kind": "multiple_choice" if q.multiple_choice else "open_ended",
+        "question": q.question,
+        "choices": q.choices,
+        "answer": q.answer,
+        "answer_letter": q.answer_letter,
+        "prediction": prediction,
+        "parsed_letter": None,
+        "correct": None,
+        "lenient_match": None,
+        "start_time_s": q.start_s,
+        "end_time_s": q.end_s,
+        "asked_at_s": result.asked_at_s,
+        "stream_time_s": a.stream_time_s,
+        "frames_seen": a.frames_seen,
+        "ttft_ms": None if a.ttft_ms is None else round(a.ttft_ms, 3),
+        "tpot_ms": None if a.tpot_ms is None else round(a.tpot_ms, 3),
+        "answer_tokens": len(a.tokens),
+        "duration_s": video.duration_s if video.duration_s is not None else source_duration,
+        "duration_bucket": duration_bucket(video.duration_category, video.duration_s if video.duration_s is not None else source_duration),
+        "cache": stats.get("cache"),
+        "positions": stats.get("positions"),
+        "memory": stats.get("memory"),
+        "protocol": settings.protocol,
+        "settings": settings.fingerprint(),
+    }
+    if q.extras:
+        record["extras"] = q.extras
+    if q.multiple_choice:
+        record["parsed_letter"] = parse_letter(prediction, q.choices)
+        if q.answer_letter is not None:
+            record["correct"] = record["parsed_letter"] == q.answer_letter
+    elif q.answer:
+        score = lenient_match(prediction, q.answer)
+        record["lenient_match"] = score
+        record["correct"] = None  # open-ended correctness is the judge's call
+    return record
+
+
+# -- judging --------------------------------------------------------------------------------------
+def judge_records(records: list[dict], judge: Callable[[str, str, str], dict], output: Path | None,
+                  on_progress: Callable[[int, str], None] | None = None) -> int:
+    """Ask ``judge`` about open-ended records that have no verdict yet; rewrite ``output``. Returns how many."""
+    todo = [r for r in records if r["kind"] == "open_ended" and r.get("answer") and "judge" not in r]
+    for r in todo:
+        try:
+            r["judge"] = judge(r["question"], r["answer"], r["prediction"])
+        except Exception as exc:  # noqa: BLE001 (a judge that fails leaves the record unjudged)
+            r["judge_error"] = str(exc)[:200]
+        if on_progress:
+            on_progress(1, "judging")
+    if todo and output is not None:
+        by_qid = {r["qid"]: r for r in records}
+        merged = [by_qid.get(r["qid"], r) for r in read_results(output)]
+        write_results(output, merged)
+    return sum("judge" in r for r in todo)
+
+
+# -- aggregating ------------------------------------------------------------------------------------
+def _accuracy(rows: list[dict]) -> dict:
+    scored = [r for r in rows if r.get("correct") is not None]
+    right = sum(bool(r["correct"]) for r in scored)
+    return {"n": len(scored), "correct": right, "accuracy": round(100 * right / len(scored), 2) if scored else None}
+
+
+def _groups(rows: list[dict], key: str) -> dict:
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        if r.get(key) is not None:
+            out.setdefault(str(r[key]), []).append(r)
+    return {k: _accuracy(v) for k, v in sorted(out.items())}
+
+
+def summarize(records: list[dict], *, selected: int | None = None) -> dict:
+    """Aggregate records; depends on the records only, so a resumed run summarises the same.
+
+    Accuracies are percentages (as the papers print them). ``lenient_match`` is this tool's
+    judge-free open-ended score (share of the reference's content words in the answer, and the
+    share of answers holding at least half of them) — not comparable to the papers' GPT judge.
+    """
+    mc = [r for r in records if r["kind"] == "multiple_choice"]
+    oe = [r for r in records if r["kind"] == "open_ended"]
+    summary: dict = {
+        "questions": {"selected": selected, "answered": len(records), "multiple_choice": len(mc), "open_ended": len(oe)},
+    }
+    if records:
+        summary["settings"] = records[0].get("settings")
+    if mc:
+        summary["multiple_choice"] = {
+            **_accuracy(mc),
+            "unparsed": sum(r["parsed_letter"] is None for r in mc),
+            "unscored": sum(r["correct"] is None for r in mc),
+            "per_task": _groups(mc, "task"),
+            "per_duration": _groups(mc, "duration_bucket"),
+        }
+    if oe:
+        scored = [r for r in oe if r.get("lenient_match") is not None]
+        lenient = {
+            "n": len(scored),
+            "mean_score": round(statistics.fmean(r["lenient_match"] for r in scored), 4) if scored else None,
+            "accuracy": round(100 * sum(r["lenient_match"] >= LENIENT_THRESHOLD for r in scored) / len(scored), 2) if scored else None,
+            "threshold": LENIENT_THRESHOLD,
+            "note": "built-in judge-free match; the papers report a GPT judge's accuracy and score",
+        }
+        block: dict = {"lenient_match": lenient, "per_task_lenient_accuracy": {}}
+        for task in sorted({r["task"] for r in scored}):
+            rows = [r for r in scored if r["task"] == task]
+            block["per_task_lenient_accuracy"][task] = round(100 * sum(r["lenient_match"] >= LENIENT_THRESHOLD for r in rows) / len(rows), 2)
+        judged = [r for r in oe if isinstance(r.get("judge"), dict)]
+        if judged:
+            yes = [r for r in judged if r["judge"].get("pred") == "yes"]
+            scores = [r["judge"]["score"] for r in judged if isinstance(r["judge"].get("score"), (int, float))]
+            block["judge"] = {
+                "n": len(judged),
+                "accuracy": round(100 * len(yes) / len(judged), 2),
+                "mean_score": round(statistics.fmean(scores), 3) if scores else None,
+                "model": judged[0]["judge"].get("model"),
+            }
+        summary["open_ended"] = block
+    ttft = [r["ttft_ms"] for r in records if r.get("ttft_ms") is not None]
+    tpot = [r["tpot_ms"] for r in records if r.get("tpot_ms") is not None]
+    summary["timing"] = {
+        "ttft_ms_mean": round(statistics.fmean(ttft), 3) if ttft else None,
+        "ttft_ms_median": round(statistics.median(ttft), 3) if ttft else None,
+        "tpot_ms_mean": round(statistics.fmean(tpot), 3) if tpot else None,
+    }
+    return summary

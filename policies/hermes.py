@@ -1,0 +1,213 @@
+"""``hermes``: HERMES hierarchical KV-cache memory: per-layer scores, smoothing, summary tokens.
+
+HERMES ("HERMES: KV Cache as Hierarchical Memory for Efficient Streaming Video Understanding",
+arXiv 2601.14724, ACL 2026). Each layer keeps its ``budget`` best tokens under its own score:
+
+- Roles by depth: shallow ``l < int(0.1 L)``, deep ``l >= int(0.7 L)``, middle between, with
+  ``p = (l − l_s) / (l_d − l_s)`` (fractions are parameters; ``int`` is taken exactly, so
+  90 layers split at 63, not at the float ``int(0.7 * 90) = 62``).
+- Score ``S = (1 − ω)·Â + ω·R̂``: ``R = exp(−k·d)`` with ``d`` the token's age in physical
+  order scaled to [0, 1]; ``A`` the engine's mean pseudo-query attention to the token;
+  ``x̂`` min–max normalised. Shallow: ``ω = 1, k = k0`` (recency only, no attention needed);
+  middle: ``ω = ω0 − γ·p``, ``k = k0 − k1·p``, attention of local + "; " + global; deep: ``ω = 0``,
+  attention of the global pseudo-query.
+- Cross-layer smoothing from the deepest layer up, ``S̃_l = (1 − λ_l)·S_l + λ_l·S̃_{l+1}``,
+  aligned by token identity (a token missing at ``l + 1`` contributes 0).
+- Deep layers keep ``budget − 1`` tokens plus one summary token folding every evicted entry
+  (an older summary is always folded, never kept as is): value = mean of evicted values, key =
+  mean of evicted keys rotated to the summary's position, so the average is phase-aligned. That
+  position is the next one after the kept tokens, per axis ``max(kept positions) + 1`` (the
+  newest kept token usually is the newest of the stream, so the summary sits where the next
+  frame will start). Without a rotary (``state.rotary is None``) keys are averaged as they are.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+import torch
+from torch import Tensor
+
+from .base import (
+    LayerChoice, LayerTokens, Policy, Rotary, StreamState, Summary, at_rest, keep_all, param, require, top_k_sorted,
+)
+
+SHALLOW, MIDDLE, DEEP = "shallow", "middle", "deep"
+LOCAL_QUERY = (
+    "Describe the current scene in detail, focusing on specific objects, fine-grained actions, "
+    "and spatial relationships."
+)
+GLOBAL_QUERY = (
+    "Summarize the video narrative, identifying main characters, key events, timeline changes, "
+    "and the overall theme."
+)
+ATTENTION_BY_ROLE = {MIDDLE: "mixed", DEEP: "global"}  # shallow layers need no attention
+MINMAX_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class LayerRole:
+    kind: str  # SHALLOW, MIDDLE or DEEP
+    depth: float  # p in [0, 1) for a middle layer; 0 otherwise
+
+
+@dataclass
+class HermesPolicy(Policy):
+    name = "hermes"
+    description = "HERMES: per-layer recency/attention scores, cross-layer smoothing, deep summary tokens"
+
+    shallow_fraction: float = param(0.1, "layers l < int(fraction · L) are shallow (recency only)")
+    deep_fraction: float = param(0.7, "layers l >= int(fraction · L) are deep (global attention + summary)")
+    omega0: float = param(0.75, "middle layers: recency weight ω = omega0 − gamma · p")
+    gamma: float = param(0.6, "middle layers: how fast the recency weight falls with depth p")
+    k0: float = param(20.0, "recency decay k = k0 − k1 · p (shallow layers: k0)")
+    k1: float = param(12.0, "middle layers: how fast the recency decay falls with depth p")
+    lambda_shallow: float = param(0.1, "smoothing weight λ of the layer above, for shallow layers")
+    lambda_middle: float = param(0.3, "smoothing weight λ of the layer above, for middle layers")
+    lambda_deep: float = param(0.4, "smoothing weight λ of the layer above, for deep layers")
+    smoothing: bool = param(True, "blend each layer's scores with the layer above (ablation: off)")
+    summary: bool = param(True, "fold evicted deep-layer tokens into one summary token (ablation: off)")
+
+    def __post_init__(self) -> None:
+        require(
+            0 <= self.shallow_fraction <= self.deep_fraction <= 1,
+            f"hermes needs 0 <= shallow_fraction <= deep_fraction <= 1, got {self.shallow_fraction}, {self.deep_fraction}",
+        )
+        for name in ("lambda_shallow", "lambda_middle", "lambda_deep"):
+            value = getattr(self, name)
+            require(0 <= value <= 1, f"hermes.{name} must be in [0, 1], got {value}")
+
+    def pseudo_queries(self, history: tuple[tuple[str, str], ...]) -> dict[str, str]:
+        texts = pseudo_query_texts(history)
+        return {name: texts[name] for name in ATTENTION_BY_ROLE.values()}
+
+    def select(self, state: StreamState) -> list[LayerChoice]:
+        if at_rest(self, state):
+            return keep_all(state)
+        roles = layer_roles(state.num_layers, self.shallow_fraction, self.deep_fraction)
+        scores = [self.layer_score(layer, role, index) for index, (layer, role) in enumerate(zip(state.layers, roles))]
+        if self.smoothing:
+            weights = [self.smoothing_weight(role) for role in roles]
+            scores = smooth_across_layers(scores, [layer.token_id for layer in state.layers], weights)
+        return [self.choose(layer, score, role, state) for layer, score, role in zip(state.layers, scores, roles)]
+
+    def omega(self, role: LayerRole) -> float:
+        """Recency weight ω_l."""
+        return {SHALLOW: 1.0, MIDDLE: self.omega0 - self.gamma * role.depth, DEEP: 0.0}[role.kind]
+
+    def decay(self, role: LayerRole) -> float:
+        """Recency decay k_l (unused in deep layers, where ω = 0)."""
+        return self.k0 - self.k1 * role.depth if role.kind == MIDDLE else self.k0
+
+    def smoothing_weight(self, role: LayerRole) -> float:
+        """λ_l: how much of the (smoothed) layer above a layer takes."""
+        return {SHALLOW: self.lambda_shallow, MIDDLE: self.lambda_middle, DEEP: self.lambda_deep}[role.kind]
+
+    def layer_score(self, layer: LayerTokens, role: LayerRole, index: int) -> Tensor:
+        """S_l = (1 − ω)·Â + ω·R̂ over the layer's tokens."""
+        omega = self.omega(role)
+        recency_hat = min_max(recency(layer.n, self.decay(role), layer.keys.device))
+        if omega >= 1:
+            return recency_hat
+        attention_hat = min_max(pseudo_query_attention(layer, ATTENTION_BY_ROLE[role.kind], index))
+        return (1 - omega) * attention_hat + omega * recency_hat
+
+    def choose(self, layer: LayerTokens, score: Tensor, role: LayerRole, state: StreamState) -> LayerChoice:
+        """TopK per layer; deep layers with summaries keep budget − 1 and fold the rest."""
+        if not (self.summary and role.kind == DEEP):
+            return LayerChoice(top_k_sorted(score, state.budget))
+        keep = top_k_sorted(score.masked_fill(layer.is_summary, -math.inf), state.budget - 1)
+        evicted = torch.ones(layer.n, dtype=torch.bool, device=keep.device)
+        evicted[keep] = False
+        return LayerChoice(keep, fold_summary(layer, keep, torch.nonzero(evicted).squeeze(1), state.rotary))
+
+
+def layer_roles(num_layers: int, shallow_fraction: float, deep_fraction: float) -> list[LayerRole]:
+    """Role of each layer: shallow below int(shallow·L), deep from int(deep·L), middle between."""
+    first_middle = exact_floor(shallow_fraction, num_layers)
+    first_deep = exact_floor(deep_fraction, num_layers)
+
+    def role(layer: int) -> LayerRole:
+        if layer < first_middle:
+            return LayerRole(SHALLOW, 0.0)
+        if layer >= first_deep:
+            return LayerRole(DEEP, 0.0)
+        return LayerRole(MIDDLE, (layer - first_middle) / (first_deep - first_middle))
+
+    return [role(layer) for layer in range(num_layers)]
+
+
+def exact_floor(fraction: float, count: int) -> int:
+    """int(fraction · count) in exact arithmetic on the fraction as written (0.7 · 90 = 63)."""
+    return int(Fraction(str(fraction)) * count)
+
+
+def recency(n: int, decay: float, device: torch.device | None = None) -> Tensor:
+    """R_i = exp(−k · d_i) with d_i = (n − 1 − i) / max(n − 1, 1): 1 for the newest token."""
+    age = torch.arange(n - 1, -1, -1, dtype=torch.float32, device=device) / max(n - 1, 1)
+    return torch.exp(-decay * age)
+
+
+def min_max(x: Tensor) -> Tensor:
+    """(x − min x) / (max x − min x + 1e−6)."""
+    if x.numel() == 0:
+        return x
+    low = x.min()
+    return (x - low) / (x.max() - low + MINMAX_EPS)
+
+
+def pseudo_query_attention(layer: LayerTokens, name: str, index: int) -> Tensor:
+    """(N,) float32 attention the engine measured from pseudo-query ``name`` in this layer."""
+    if name not in layer.attention:
+        raise ValueError(f"hermes needs the {name!r} pseudo-query attention in layer {index}; the cache did not provide it")
+    return layer.attention[name].to(device=layer.keys.device, dtype=torch.float32)
+
+
+def align_by_id(values: Tensor, ids: Tensor, wanted: Tensor) -> Tensor:
+    """``values`` (indexed like ``ids``) looked up at ``wanted`` ids; 0 where an id is absent."""
+    if ids.numel() == 0:
+        return torch.zeros(wanted.shape, dtype=values.dtype, device=values.device)
+    order = torch.argsort(ids)
+    sorted_ids = ids[order]
+    slot = torch.searchsorted(sorted_ids, wanted).clamp(max=ids.numel() - 1)
+    found = sorted_ids[slot] == wanted
+    return torch.where(found, values[order][slot], torch.zeros((), dtype=values.dtype, device=values.device))
+
+
+def smooth_across_layers(scores: list[Tensor], token_ids: list[Tensor], weights: list[float]) -> list[Tensor]:
+    """S̃_{L−1} = S_{L−1}; S̃_l = (1 − λ_l)·S_l + λ_l·S̃_{l+1}, matched by token id, deepest first."""
+    smoothed = list(scores)
+    for layer in range(len(scores) - 2, -1, -1):
+        above = align_by_id(smoothed[layer + 1], token_ids[layer + 1], token_ids[layer])
+        smoothed[layer] = (1 - weights[layer]) * scores[layer] + weights[layer] * above
+    return smoothed
+
+
+def summary_position(positions: Tensor, keep: Tensor) -> Tensor:
+    """(A,) the next position after the kept tokens: per axis max + 1 (all tokens if none kept)."""
+    source = positions[keep] if keep.numel() else positions
+    return source.max(dim=0).values + 1
+
+
+def fold_summary(layer: LayerTokens, keep: Tensor, evicted: Tensor, rotary: Rotary | None) -> Summary:
+    """One token for all ``evicted`` entries: mean value, mean key phase-aligned at its position."""
+    position = summary_position(layer.positions, keep)
+    keys = layer.keys[:, evicted]
+    if rotary is not None:
+        keys = rotary.rotate(keys, position.unsqueeze(0) - layer.positions[evicted])
+    key = keys.float().mean(dim=-2).to(layer.keys.dtype)
+    value = layer.values[:, evicted].float().mean(dim=-2).to(layer.values.dtype)
+    return Summary(key=key, value=value, position=position)
+
+
+def pseudo_query_texts(history: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """The local, global and mixed (local + "; " + global) pseudo-queries, after the last Q/A."""
+    local, global_ = LOCAL_QUERY, GLOBAL_QUERY
+    if history:
+        question, answer = history[-1]
+        context = f"Question: {question} Answer: {answer}"
+        local = f"Find recent details related to: {context}. " + local
+        global_ = f"Context summary: {context}. " + global_
+    return {"local": local, "global": global_, "mixed": local + "; " + global_}

@@ -1,0 +1,162 @@
+"""``infinipot``: InfiniPot-V continual compression, TaR + VaN, one token set per layer.
+
+InfiniPot-V (Kim et al., "InfiniPot-V: Memory-Constrained KV Cache Compression for Streaming
+Video Understanding", NeurIPS 2025, arXiv 2506.15745). When a layer reaches the memory cap
+``|M| = budget`` it shrinks to ``|C| = int(ratio · budget)``; the freed room holds the next frames.
+Each layer keeps, in this order of priority:
+
+1. the most recent ``max(1, int(recent_fraction · f))`` of the ``f`` frames it holds;
+2. Temporal-axis Redundancy (TaR): the older grid tokens least like the same patch in the
+   recent frames, ``s_TaR = −mean_recent cos(K(t, patch), K(t', patch))``, up to
+   ``int(alpha · |C|)`` tokens together with step 1;
+3. Value Norm (VaN): the largest ``‖V‖₂`` fills the rest, optionally smoothed per frame by the
+   layer-adaptive spatial average pooling (kernel 7 / 5 / 3 / 1 by layer quartile, as in the
+   reference code; its kernel-3 quartile pools 1-D, here it is 2-D like the others).
+
+Scores are averaged over KV heads (per-layer selection). Tokens are matched to their grid
+partner by (frame, patch) identity, so frames already thinned by earlier steps work; a token
+with no partner in the recent frames, a newline token (``patch >= tokens_per_frame``) or a
+summary token gets no TaR score and competes on VaN only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .base import (
+    LayerChoice, LayerTokens, Policy, StreamState, at_rest, keep_all, param, require, top_k_sorted, top_k_tiered,
+)
+
+POOL_KERNELS = (7, 5, 3, 1)  # by layer quartile, shallowest first
+
+
+@dataclass
+class InfiniPotPolicy(Policy):
+    name = "infinipot"
+    description = "InfiniPot-V: recent frames + TaR-novel patches + high value norm, at a memory cap"
+
+    ratio: float = param(0.75, "|C| / |M|: tokens kept per layer after a compression, as a fraction of the cap")
+    alpha: float = param(0.5, "share of |C| chosen by TaR (recent frames included); VaN fills the rest")
+    recent_fraction: float = param(0.125, "share of held frames kept as recent (paper 0.125; reference code 0.25)")
+    van_pool: bool = param(False, "smooth each frame's value-norm map with layer-adaptive average pooling")
+    van_grid_width: int = param(0, "tokens per row of a frame's grid for pooling; 0 = round(sqrt(tokens per frame))")
+
+    def __post_init__(self) -> None:
+        require(0 < self.ratio <= 1, f"infinipot.ratio must be in (0, 1], got {self.ratio}")
+        require(0 <= self.alpha <= 1, f"infinipot.alpha must be in [0, 1], got {self.alpha}")
+        require(0 < self.recent_fraction <= 1, f"infinipot.recent_fraction must be in (0, 1], got {self.recent_fraction}")
+        require(self.van_grid_width >= 0, f"infinipot.van_grid_width must be >= 0, got {self.van_grid_width}")
+
+    def target(self, budget: int | None, tokens_per_frame: int = 1) -> int | None:
+        return None if budget is None else int(self.ratio * budget)
+
+    def should_compress(self, n_tokens: int, budget: int | None) -> bool:
+        return budget is not None and n_tokens >= budget
+
+    def select(self, state: StreamState) -> list[LayerChoice]:
+        target = self.target(state.budget)
+        if at_rest(self, state):
+            return keep_all(state)
+        return [
+            LayerChoice(self.select_layer(layer, index, state.num_layers, state.tokens_per_frame, target))
+            for index, layer in enumerate(state.layers)
+        ]
+
+    def select_layer(self, layer: LayerTokens, index: int, num_layers: int, tokens_per_frame: int, target: int) -> Tensor:
+        """``target`` indices: recent frames, then TaR picks, then the largest value norms."""
+        recent = recent_frames_mask(layer.frame, self.recent_fraction)
+        novel = tar_picks(tar_scores(layer, recent, tokens_per_frame), int(self.alpha * target) - int(recent.sum()))
+        tier = 2 * recent.long() + novel.long()
+        return top_k_tiered(tier, self.salience(layer, index, num_layers, tokens_per_frame), target)
+
+    def salience(self, layer: LayerTokens, index: int, num_layers: int, tokens_per_frame: int) -> Tensor:
+        """VaN, pooled per frame when ``van_pool`` is on and the layer's kernel is above 1."""
+        van = value_norms(layer.values)
+        kernel = pool_kernel(index, num_layers)
+        if not self.van_pool or kernel == 1:
+            return van
+        width = self.van_grid_width or max(1, round(math.sqrt(tokens_per_frame)))
+        return pool_per_frame(van, layer, tokens_per_frame, width, kernel)
+
+
+def recent_frames_mask(frame: Tensor, fraction: float) -> Tensor:
+    """Tokens of the newest ``max(1, int(fraction · f))`` of the f frames held."""
+    held = torch.unique(frame[frame >= 0])
+    count = max(1, int(fraction * held.numel()))
+    return torch.isin(frame, held[-count:]) & (frame >= 0)
+
+
+def on_grid(layer: LayerTokens, tokens_per_frame: int) -> Tensor:
+    """Spatial patch tokens: not a summary, not a newline or other extra token of a frame."""
+    return (layer.frame >= 0) & (layer.patch >= 0) & (layer.patch < tokens_per_frame) & ~layer.is_summary
+
+
+def tar_scores(layer: LayerTokens, recent: Tensor, tokens_per_frame: int) -> Tensor:
+    """``−mean cos`` to the same patch in each recent frame (head-averaged); −inf without a partner.
+
+    The mean of cosines to unit keys is the dot product with their sum over the partners, so one
+    sum per (head, patch) over the recent frames serves every older token.
+    """
+    grid = on_grid(layer, tokens_per_frame)
+    unit = F.normalize(layer.keys.float(), dim=-1)
+    partners = grid & recent
+    heads, _, dim = unit.shape
+    summed = torch.zeros(heads, tokens_per_frame, dim, device=unit.device)
+    summed.index_add_(1, layer.patch[partners], unit[:, partners])
+    count = torch.zeros(tokens_per_frame, device=unit.device)
+    count.index_add_(0, layer.patch[partners], torch.ones(int(partners.sum()), device=unit.device))
+    scored = grid & ~recent & (count[layer.patch.clamp(0, tokens_per_frame - 1)] > 0)
+    patch = layer.patch[scored]
+    score = torch.full((layer.n,), -math.inf, device=unit.device)
+    score[scored] = -(unit[:, scored] * summed[:, patch]).sum(-1).mean(0) / count[patch]
+    return score
+
+
+def tar_picks(scores: Tensor, quota: int) -> Tensor:
+    """(N,) bool: the ``quota`` highest TaR scores among the tokens that have one."""
+    picked = torch.zeros(scores.shape, dtype=torch.bool, device=scores.device)
+    picked[top_k_sorted(scores, min(max(quota, 0), int(torch.isfinite(scores).sum())))] = True
+    return picked
+
+
+def value_norms(values: Tensor) -> Tensor:
+    """(N,) ``‖V‖₂`` per token, averaged over heads."""
+    return values.float().norm(dim=-1).mean(0)
+
+
+def pool_kernel(index: int, num_layers: int) -> int:
+    """Pooling kernel of a layer: 7 / 5 / 3 / 1 by quartile of depth."""
+    return POOL_KERNELS[min(len(POOL_KERNELS) - 1, len(POOL_KERNELS) * index // num_layers)]
+
+
+def pool_per_frame(scores: Tensor, layer: LayerTokens, tokens_per_frame: int, width: int, kernel: int) -> Tensor:
+    """Average each grid token's score with its held neighbours in a ``kernel²`` window of its frame.
+
+    Missing patches (evicted earlier) and the padding do not count; other tokens are unchanged.
+    """
+    grid = on_grid(layer, tokens_per_frame)
+    frames, rank = torch.unique(layer.frame[grid], return_inverse=True)
+    rows = -(-tokens_per_frame // width)
+    cell = (rank, layer.patch[grid])
+    total = torch.zeros(frames.numel(), rows * width, dtype=torch.float64, device=scores.device)
+    total.index_put_(cell, scores[grid].double())
+    count = torch.zeros_like(total).index_put_(cell, torch.ones_like(total[cell]))
+    shape = (frames.numel(), rows, width)
+    window_mean = box_sum(total.view(shape), kernel) / box_sum(count.view(shape), kernel)
+    pooled = scores.clone()
+    pooled[grid] = window_mean.reshape(frames.numel(), -1)[cell].to(scores.dtype)
+    return pooled
+
+
+def box_sum(maps: Tensor, kernel: int) -> Tensor:
+    """Sum over the ``kernel × kernel`` window centred on each cell of (F, rows, cols) maps, zero-padded."""
+    for dim in (-1, -2):
+        padded = F.pad(maps.movedim(dim, -1), (kernel // 2 + 1, kernel // 2))
+        running = padded.cumsum(-1)
+        maps = (running[..., kernel:] - running[..., :-kernel]).movedim(-1, dim)
+    return maps

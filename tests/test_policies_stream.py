@@ -1,0 +1,315 @@
+"""Every policy on simulated streams: a pure-tensor cache, no model.
+
+``Stream`` appends chunks of random keys/values to every layer (fresh token ids shared by all
+layers), asks the policy whether and what to compress, and applies its choice exactly as the
+engine's cache does: gather the kept tokens, append the summary token with a fresh id per layer.
+Hypothesis draws the stream shapes, budgets and policy options.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from policies import POLICIES, LayerChoice, LayerTokens, Policy, StreamState, make_policy
+from policies.hermes import layer_roles
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors: a second intra-op thread only waits on a busy CPU (10x slower under load)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+FIELDS = ("keys", "values", "token_id", "frame", "patch", "positions", "is_summary")
+
+
+class ToyRotary:
+    """RoPE over 1 or 3 position axes (the frequencies split into contiguous sections per axis)."""
+
+    def __init__(self, dim: int, axes: int):
+        self.inv_freq = 1.0 / 10.0 ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+        self.axis_of_freq = torch.arange(dim // 2) * axes // (dim // 2)
+
+    def rotate(self, keys, delta):
+        angle = delta[:, self.axis_of_freq].to(torch.float64) * self.inv_freq
+        angle = torch.cat((angle, angle), dim=-1)
+        half = keys.shape[-1] // 2
+        rotated_half = torch.cat((-keys[..., half:], keys[..., :half]), dim=-1)
+        return (keys * angle.cos() + rotated_half * angle.sin()).to(keys.dtype)
+
+
+@dataclass(frozen=True)
+class Spec:
+    seed: int
+    chunks: int
+    tokens_per_frame: int
+    max_frames_per_chunk: int
+    newline: bool  # LLaVA-OneVision style: one extra token (patch = tokens_per_frame) per chunk
+    axes: int
+    num_layers: int
+    budget: int
+
+
+@dataclass
+class Stream:
+    policy: Policy
+    spec: Spec
+    heads: int = 2
+    dim: int = 4
+    layers: list[dict[str, torch.Tensor]] = field(init=False)
+    appended: list[int] = field(init=False, default_factory=list)  # stream token ids, oldest first
+    compressions: int = field(init=False, default=0)
+
+    def __post_init__(self):
+        self.random = random.Random(self.spec.seed)
+        self.generator = torch.Generator().manual_seed(self.spec.seed)
+        self.rotary = ToyRotary(self.dim, self.spec.axes)
+        self.next_id = self.next_frame = self.next_position = 0
+        empty = {
+            "keys": torch.zeros(self.heads, 0, self.dim), "values": torch.zeros(self.heads, 0, self.dim),
+            "token_id": torch.zeros(0, dtype=torch.long), "frame": torch.zeros(0, dtype=torch.long),
+            "patch": torch.zeros(0, dtype=torch.long), "positions": torch.zeros(0, self.spec.axes, dtype=torch.long),
+            "is_summary": torch.zeros(0, dtype=torch.bool),
+        }
+        self.layers = [dict(empty) for _ in range(self.spec.num_layers)]
+
+    @property
+    def length(self) -> int:
+        return self.layers[0]["token_id"].shape[0]
+
+    def fresh_ids(self, count: int) -> torch.Tensor:
+        ids = torch.arange(self.next_id, self.next_id + count)
+        self.next_id += count
+        return ids
+
+    def append_chunk(self) -> None:
+        frames = self.random.randint(1, self.spec.max_frames_per_chunk)
+        tpf = self.spec.tokens_per_frame
+        frame = torch.arange(self.next_frame, self.next_frame + frames).repeat_interleave(tpf)
+        patch = torch.arange(tpf).repeat(frames)
+        if self.spec.newline:
+            frame = torch.cat([frame, frame[-1:]])
+            patch = torch.cat([patch, torch.tensor([tpf])])
+        n = frame.shape[0]
+        ids = self.fresh_ids(n)
+        self.appended += ids.tolist()
+        positions = self.positions(frame, patch)
+        for layer in self.layers:
+            new = {
+                "keys": torch.randn(self.heads, n, self.dim, generator=self.generator),
+                "values": torch.randn(self.heads, n, self.dim, generator=self.generator),
+                "token_id": ids, "frame": frame, "patch": patch, "positions": positions,
+                "is_summary": torch.zeros(n, dtype=torch.bool),
+            }
+            for name in FIELDS:
+                layer[name] = torch.cat([layer[name], new[name]], dim=1 if name in ("keys", "values") else 0)
+        self.next_frame += frames
+
+    def positions(self, frame: torch.Tensor, patch: torch.Tensor) -> torch.Tensor:
+        """1-D: consecutive; 3-D: (t, h, w) = start + (frame offset, patch // 2, patch % 2)."""
+        start = self.next_position
+        if self.spec.axes == 1:
+            positions = torch.arange(start, start + frame.shape[0]).unsqueeze(1)
+        else:
+            positions = torch.stack([start + frame - frame[0], start + patch // 2, start + patch % 2], dim=1)
+        self.next_position = int(positions.max()) + 1
+        return positions
+
+    def state(self, budget: int | None = None, history=()) -> StreamState:
+        names = self.policy.pseudo_queries(history)
+        layers = [
+            LayerTokens(**layer, attention={name: torch.rand(self.length, generator=self.generator) for name in names})
+            for layer in self.layers
+        ]
+        budget = self.spec.budget if budget is None else budget
+        return StreamState(layers, budget, self.spec.tokens_per_frame, self.next_frame, self.rotary, history)
+
+    def compress_if_needed(self) -> list[LayerChoice] | None:
+        if not self.policy.should_compress(self.length, self.spec.budget):
+            return None
+        choices = self.policy.select(self.state())
+        self.apply(choices)
+        self.compressions += 1
+        return choices
+
+    def apply(self, choices: list[LayerChoice]) -> None:
+        for layer, choice in zip(self.layers, choices):
+            for name in FIELDS:
+                layer[name] = layer[name][:, choice.keep] if name in ("keys", "values") else layer[name][choice.keep]
+            if choice.summary is not None:
+                s = choice.summary
+                summary = {
+                    "keys": s.key.unsqueeze(1), "values": s.value.unsqueeze(1), "token_id": self.fresh_ids(1),
+                    "frame": torch.tensor([-1]), "patch": torch.tensor([-1]), "positions": s.position.view(1, -1),
+                    "is_summary": torch.tensor([True]),
+                }
+                for name in FIELDS:
+                    layer[name] = torch.cat([layer[name], summary[name]], dim=1 if name in ("keys", "values") else 0)
+
+
+@st.composite
+def specs(draw, max_chunks: int = 200, max_budget: int = 24) -> Spec:
+    return Spec(
+        seed=draw(st.integers(0, 2**16)),
+        chunks=draw(st.integers(1, max_chunks)),
+        tokens_per_frame=draw(st.integers(1, 4)),
+        max_frames_per_chunk=draw(st.integers(1, 3)),
+        newline=draw(st.booleans()),
+        axes=draw(st.sampled_from([1, 3])),
+        num_layers=draw(st.integers(1, 10)),
+        budget=draw(st.integers(1, max_budget)),
+    )
+
+
+OPTIONS = {
+    "full": st.just({}),
+    "fifo": st.just({}),
+    "sink": st.fixed_dictionaries({"n_sink": st.integers(0, 12)}),
+    "uniform": st.just({}),
+    "infinipot": st.fixed_dictionaries({
+        "ratio": st.sampled_from([0.5, 0.75, 1.0]),
+        "alpha": st.sampled_from([0.0, 0.5, 1.0]),
+        "recent_fraction": st.sampled_from([0.125, 0.25, 1.0]),
+        "van_pool": st.booleans(),
+    }),
+    "hermes": st.fixed_dictionaries({"smoothing": st.booleans(), "summary": st.booleans()}),
+}
+
+
+def ids(layer) -> list[int]:
+    return layer["token_id"].tolist()
+
+
+def check_choices(choices: list[LayerChoice], stream: Stream, n: int) -> None:
+    """One choice per layer, sorted in-range indices, every layer at the policy's target."""
+    policy, spec = stream.policy, stream.spec
+    assert len(choices) == spec.num_layers
+    target = policy.target(spec.budget, spec.tokens_per_frame)
+    for choice in choices:
+        keep = choice.keep
+        assert keep.dtype == torch.long and keep.dim() == 1
+        assert bool((keep.diff() > 0).all()) and (keep.numel() == 0 or (0 <= int(keep.min()) and int(keep.max()) < n))
+        assert choice.size == target
+        if choice.summary is not None:
+            assert choice.summary.key.shape == choice.summary.value.shape == (stream.heads, stream.dim)
+            assert choice.summary.position.shape == (spec.axes,)
+
+
+def check_after_compression(stream: Stream, choices: list[LayerChoice], before: list[dict]) -> None:
+    """The cache invariants, plus what each policy promises about which tokens stay."""
+    policy, spec = stream.policy, stream.spec
+    lengths = {layer["token_id"].shape[0] for layer in stream.layers}
+    assert len(lengths) == 1 and lengths.pop() <= spec.budget
+    if policy.name == "fifo":
+        assert all(ids(layer) == stream.appended[-spec.budget:] for layer in stream.layers)
+    if policy.name == "sink":
+        n_sink = min(policy.n_sink, spec.budget)
+        window = stream.appended[len(stream.appended) - (spec.budget - n_sink):]
+        assert all(ids(layer) == stream.appended[:n_sink] + window for layer in stream.layers)
+    if policy.name == "uniform":
+        check_whole_frames(stream)
+    if policy.name == "hermes":
+        check_summaries(stream, choices, before)
+    if policy.name != "hermes":
+        assert all(choice.summary is None for choice in choices)
+
+
+def check_whole_frames(stream: Stream) -> None:
+    """uniform: the same tokens in every layer, and each kept frame has all its grid patches."""
+    first = stream.layers[0]
+    assert all(ids(layer) == ids(first) for layer in stream.layers)
+    grid = first["patch"] < stream.spec.tokens_per_frame
+    frames, counts = torch.unique(first["frame"][grid], return_counts=True)
+    assert bool((counts == stream.spec.tokens_per_frame).all())
+
+
+def check_summaries(stream: Stream, choices: list[LayerChoice], before: list[dict]) -> None:
+    """hermes: once anything was evicted, deep layers hold one summary, never kept as a token."""
+    roles = layer_roles(stream.spec.num_layers, stream.policy.shallow_fraction, stream.policy.deep_fraction)
+    for layer, choice, old, role in zip(stream.layers, choices, before, roles):
+        expected = 1 if stream.policy.summary and role.kind == "deep" else 0
+        assert int(layer["is_summary"].sum()) == expected
+        if expected:
+            assert not bool(old["is_summary"][choice.keep].any())
+
+
+def run(stream: Stream) -> None:
+    for _ in range(stream.spec.chunks):
+        stream.append_chunk()
+        n, before = stream.length, [dict(layer) for layer in stream.layers]
+        choices = stream.compress_if_needed()
+        if choices is not None:
+            check_choices(choices, stream, n)
+            check_after_compression(stream, choices, before)
+
+
+def check_a_random_stream(name: str, data, max_chunks: int) -> None:
+    spec = data.draw(specs(max_chunks=max_chunks), label="spec")
+    policy = make_policy(name, **data.draw(OPTIONS[name], label="options"))
+    stream = Stream(policy, spec)
+    run(stream)
+    if name != "full":
+        peak = spec.budget + spec.max_frames_per_chunk * spec.tokens_per_frame + spec.newline
+        assert stream.length <= peak
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
+@settings(max_examples=10, deadline=None)
+@given(data=st.data())
+def test_policy_keeps_the_cache_invariants(name, data):
+    check_a_random_stream(name, data, max_chunks=200)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(POLICIES))
+@settings(max_examples=10, deadline=None)
+@given(data=st.data())
+def test_policy_keeps_the_cache_invariants_on_many_long_streams(name, data):
+    check_a_random_stream(name, data, max_chunks=400)
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
+@settings(max_examples=6, deadline=None)
+@given(data=st.data())
+def test_a_budget_larger_than_the_stream_equals_full(name, data):
+    spec = data.draw(specs(max_chunks=30), label="spec")
+    total = spec.chunks * (spec.max_frames_per_chunk * spec.tokens_per_frame + spec.newline)
+    spec = Spec(**{**spec.__dict__, "budget": total + data.draw(st.integers(1, 5), label="spare")})
+    options = data.draw(OPTIONS[name], label="options")
+    streams = Stream(make_policy(name, **options), spec), Stream(make_policy("full"), spec)
+    for stream in streams:
+        run(stream)
+    assert streams[0].compressions == 0
+    for mine, full in zip(*(s.layers for s in streams)):
+        assert all(torch.equal(mine[f], full[f]) for f in FIELDS)
+    for choice, layer in zip(streams[0].policy.select(streams[0].state()), streams[0].layers):
+        assert torch.equal(choice.keep, torch.arange(layer["token_id"].shape[0])) and choice.summary is None
+
+
+def test_hermes_keeps_one_summary_through_questions_and_history():
+    spec = Spec(seed=3, chunks=40, tokens_per_frame=3, max_frames_per_chunk=2, newline=True, axes=3,
+                num_layers=10, budget=9)
+    stream = Stream(make_policy("hermes"), spec)
+    history = (("What is on the table?", "A cup."),)
+    for _ in range(spec.chunks):
+        stream.append_chunk()
+        if stream.policy.should_compress(stream.length, spec.budget):
+            stream.apply(stream.policy.select(stream.state(history=history)))
+    assert [int(layer["is_summary"].sum()) for layer in stream.layers] == [0] * 7 + [1] * 3
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_policies_at_a_realistic_size(name):
+    """28 layers, 196 tokens per frame + a newline per chunk, 2K budget: the invariants hold."""
+    spec = Spec(seed=0, chunks=12, tokens_per_frame=196, max_frames_per_chunk=4, newline=True, axes=1,
+                num_layers=28, budget=2048)
+    run(Stream(make_policy(name), spec, heads=2, dim=16))
