@@ -22,6 +22,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 err = Console(stderr=True, highlight=False)
 out = Console(highlight=False)
@@ -129,7 +130,11 @@ def watch(
     With --ask / --ask-at it answers and exits; otherwise it opens an interactive prompt while
     the video streams in the background.
 
-    Example: hermes watch talk.mp4 --model tiny --ask "What happens?" --json
+    \b
+    Examples:
+      hermes watch talk.mp4                      (interactive; the default model)
+      hermes watch talk.mp4 --model tiny --ask "What happens?" --json
+      hermes watch match.mp4 --policy infinipot --budget 4000 --ask-at 1:05="Who scored?"
     """
     DEBUG["on"] = debug
     from .streaming import TimedQuestion
@@ -170,9 +175,11 @@ def chat(
 ) -> None:
     """Talk about a live camera or stream while it runs: an interactive prompt with live readouts.
 
-    Example: hermes chat --webcam            (Linux: /dev/video0; macOS: camera 0)
-             hermes chat --webcam /dev/video2 --model Qwen/Qwen2.5-VL-3B-Instruct
-             hermes chat rtsp://camera.local/stream
+    \b
+    Examples:
+      hermes chat --webcam                  (Linux: /dev/video0; macOS: camera 0)
+      hermes chat --webcam /dev/video2 --model Qwen/Qwen2.5-VL-3B-Instruct
+      hermes chat rtsp://camera.local/stream
     """
     DEBUG["on"] = debug
     from .sources import default_camera, devices_hint

@@ -62,13 +62,13 @@ def evaluate(
     accuracy is reported overall, per task and per video length. Open-ended: predictions are
     written for a judge (--judge-url), with a built-in "lenient match" that is not the papers' metric.
 
+    \b
     Examples:
-
-      hermes eval streamingbench_real.json --videos-dir ~/data/streamingbench --dry-run
-
-      hermes eval streamingbench_real.json -d ~/data/sb -m Qwen/Qwen2.5-VL-7B-Instruct --budget 4000 -o sb.jsonl
-
-      hermes eval videomme.json -d ~/data/videomme --offline --tasks "Counting Problem" --limit 50 -o vm.jsonl
+      hermes eval sb_real.json --videos-dir ~/data/streamingbench --dry-run
+      hermes eval sb_real.json -d ~/data/sb -m Qwen/Qwen2.5-VL-7B-Instruct \\
+          --budget 4000 -o sb.jsonl
+      hermes eval videomme.json -d ~/data/videomme --offline \\
+          --tasks "Counting Problem" --limit 50 -o vm.jsonl
     """
     from . import cli
     from .cli import UserError
