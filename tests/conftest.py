@@ -6,6 +6,11 @@ import os
 
 import numpy as np
 import pytest
+import torch
+
+# Tiny models do tiny matrix products: a second intra-op thread only adds overhead, and the CI
+# machine has two cores shared with PyAV's decoder threads.
+torch.set_num_threads(1)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
