@@ -92,6 +92,8 @@ def load_model(name: str | None = None, *, device: str | None = None, dtype: str
         extra = {k: v for k, v in (("num_layers", num_layers), ("max_positions", max_positions)) if v}
         build, cls = (tiny_llava_onevision, LlavaOneVisionAdapter) if "llava" in name else (tiny_qwen, QwenVLAdapter)
         model, processor = build(**extra)
+        if dev.type == "cpu":
+            torch.set_num_threads(1)  # tiny matrices: more threads only add synchronisation
         return cls(model.to(dev, dt), processor, name=name, random_weights=True)
     return _load_pretrained(name, dev, dt)
 
