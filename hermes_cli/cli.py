@@ -221,11 +221,7 @@ def answer_record(result) -> dict:
         "question": a.question,
         "answer": a.text,
         "asked_at_s": result.asked_at_s,
-        "stream_time_s": a.stream_time_s,
-        "frames_seen": a.frames_seen,
-        "ttft_ms": None if a.ttft_ms is None else round(a.ttft_ms, 3),
-        "tpot_ms": None if a.tpot_ms is None else round(a.tpot_ms, 3),
-        "answer_tokens": len(a.tokens),
+        **a.record(),
         "no_frames": a.no_frames,
         **{k: v for k, v in stats.items() if k not in ("stream_time_s", "frames_seen")},
     }
@@ -240,7 +236,7 @@ def _run_batch(session, frames, questions, json_out: bool) -> None:
 
     def on_answer(result):
         if json_out:
-            out.print_json(json.dumps(answer_record(result))) if False else print(json.dumps(answer_record(result)), flush=True)
+            print(json.dumps(answer_record(result)), flush=True)
         else:
             a = result.answer
             when = f"{a.stream_time_s:.1f}s"

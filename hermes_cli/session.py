@@ -76,6 +76,16 @@ class Answer:
     step_logits: list[Tensor] = field(default_factory=list)  # only when recorded
     no_frames: bool = False
 
+    def record(self) -> dict:
+        """When it was asked and what it cost, as reported in JSON output."""
+        return {
+            "stream_time_s": self.stream_time_s,
+            "frames_seen": self.frames_seen,
+            "ttft_ms": None if self.ttft_ms is None else round(self.ttft_ms, 3),
+            "tpot_ms": None if self.tpot_ms is None else round(self.tpot_ms, 3),
+            "answer_tokens": len(self.tokens),
+        }
+
 
 @dataclass
 class ChunkReport:
