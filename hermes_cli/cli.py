@@ -74,12 +74,27 @@ def _root(
     pass
 
 
+def _default_model_name() -> str:
+    if env := os.environ.get("HERMES_MODEL"):
+        return env
+    from .models import default_model
+
+    return default_model()[0]
+
+
 def build_session(model, policy, budget, policy_opts, fps, chunk, device, dtype, reindex, *,
                   max_new_tokens=128, history=True, system_prompt=None, quiet=False):
     """Load the model and policy (one-line errors) and open a session."""
+    from .model_names import ModelLoadError, check_model_name
+
+    try:  # before torch is imported: a name that cannot load fails in well under a second
+        check_model_name(model or _default_model_name())
+    except ModelLoadError as exc:
+        raise UserError(str(exc)) from exc
+
     from policies import make_policy, parse_option
 
-    from .models import ModelLoadError, load_model
+    from .models import load_model
     from .session import DEFAULT_SYSTEM_PROMPT, Session, SessionConfig
 
     try:

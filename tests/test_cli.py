@@ -140,3 +140,17 @@ def test_every_policy_keeps_a_two_minute_stream_under_budget(two_minutes, policy
         assert max(cache["stream_tokens_per_layer"]) <= 512
         assert max(cache["video_tokens_per_layer"]) <= 512
     assert record["prefill_ms_last_chunk"] > 0 and record["compress_ms_last_chunk"] >= 0
+
+
+def test_model_names_are_checked_before_loading(tmp_path, monkeypatch):
+    from hermes_cli.model_names import ModelLoadError, check_model_name
+
+    check_model_name("tiny")
+    check_model_name(str(tmp_path))  # an existing directory
+    with pytest.raises(ModelLoadError, match="no model directory"):
+        check_model_name(str(tmp_path / "missing"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelLoadError, match="HF_HUB_OFFLINE.*--model tiny"):
+        check_model_name("nobody/no-such-model")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    check_model_name("nobody/no-such-model")  # online: left to the download, which says why it failed

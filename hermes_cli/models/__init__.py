@@ -8,7 +8,8 @@ from pathlib import Path
 
 import torch
 
-from .base import EncodedChunk, ModelAdapter, ModelLoadError, VideoClock
+from ..model_names import WAY_OUT, ModelLoadError, check_model_name, in_hub_cache
+from .base import EncodedChunk, ModelAdapter, VideoClock
 from .llava_onevision import LlavaOneVisionAdapter
 from .qwen_vl import QwenVLAdapter
 from .tiny import TINY_NAMES, tiny_llava_onevision, tiny_qwen
@@ -68,15 +69,7 @@ def pick_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
 
 def locally_present(model_id: str) -> bool:
     """Whether weights for a hub id are in the local Hugging Face cache (or it is a directory)."""
-    if Path(model_id).is_dir():
-        return True
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        hit = try_to_load_from_cache(model_id, "config.json")
-        return isinstance(hit, str)
-    except Exception:
-        return False
+    return Path(model_id).is_dir() or in_hub_cache(model_id)
 
 
 def load_model(name: str | None = None, *, device: str | None = None, dtype: str | None = None,
@@ -86,6 +79,7 @@ def load_model(name: str | None = None, *, device: str | None = None, dtype: str
     Raises ModelLoadError with one actionable line when it cannot.
     """
     name = name or default_model()[0]
+    check_model_name(name)
     dev = pick_device(device)
     dt = pick_dtype(dtype, dev)
     if name in TINY_NAMES:
@@ -101,15 +95,11 @@ def load_model(name: str | None = None, *, device: str | None = None, dtype: str
 def _load_pretrained(name: str, device: torch.device, dtype: torch.dtype) -> ModelAdapter:
     from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
-    looks_local = name.startswith((".", "/", "~")) or os.sep in name and Path(name).exists()
-    if looks_local and not Path(name).expanduser().is_dir():
-        raise ModelLoadError(f"no model directory at {name} — pass an existing directory or a hub id")
     try:
-        config = AutoConfig.from_pretrained(name)
+        config = AutoConfig.from_pretrained(str(Path(name).expanduser()) if Path(name).expanduser().is_dir() else name)
     except Exception as exc:  # hub errors come in many classes; the message is what matters
         raise ModelLoadError(
-            f"cannot load model {name!r}: not found locally and not downloadable ({type(exc).__name__}) — "
-            "pass a local directory with --model PATH, or try --model tiny"
+            f"cannot load model {name!r}: not found locally and not downloadable ({type(exc).__name__}) — {WAY_OUT}"
         ) from exc
     adapter_cls = ADAPTERS.get(config.model_type)
     if adapter_cls is None:

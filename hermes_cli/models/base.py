@@ -16,11 +16,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..model_names import ModelLoadError  # noqa: F401  (re-exported for adapters)
 from ..rope import RotaryDelta, rotate_half, text_positions, to_model_position_ids
-
-
-class ModelLoadError(Exception):
-    """A model could not be loaded; the message is one line that names the way out."""
 
 
 @dataclass

@@ -12,7 +12,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-TINY_NAMES = ("tiny", "tiny-qwen2.5-vl", "tiny-llava-onevision")
+from ..model_names import TINY_NAMES  # noqa: F401  (re-exported)
 SEED = 0
 QWEN_SPECIALS = [
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
