@@ -57,6 +57,11 @@ ReindexOpt = Annotated[
     str,
     typer.Option("--reindex", help="Position re-indexing: lazy (near the limit), eager (every compression), off."),
 ]
+PseudoQueryOpt = Annotated[
+    str,
+    typer.Option("--pseudo-query", help="How attention-scored policies (hermes) read attention: forward "
+                 "(a real forward of the pseudo-query on the cache) or approx (the reference code's shortcut)."),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object per answer (for scripts).")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")]
 
@@ -83,7 +88,7 @@ def _default_model_name() -> str:
 
 
 def build_session(model, policy, budget, policy_opts, fps, chunk, device, dtype, reindex, *,
-                  max_new_tokens=128, history=True, system_prompt=None, quiet=False):
+                  max_new_tokens=128, history=True, system_prompt=None, quiet=False, pseudo_query="forward"):
     """Load the model and policy (one-line errors) and open a session."""
     from .model_names import ModelLoadError, check_model_name
 
@@ -102,7 +107,7 @@ def build_session(model, policy, budget, policy_opts, fps, chunk, device, dtype,
         pol = make_policy(policy, **options)
         config = SessionConfig(
             budget=budget, chunk_frames=chunk, fps=fps, reindex=reindex, max_new_tokens=max_new_tokens,
-            history=history, system_prompt=system_prompt or DEFAULT_SYSTEM_PROMPT,
+            history=history, system_prompt=system_prompt or DEFAULT_SYSTEM_PROMPT, pseudo_query=pseudo_query,
         )
     except ValueError as exc:
         raise UserError(str(exc)) from exc
@@ -135,6 +140,7 @@ def watch(
     realtime: Annotated[bool, typer.Option("--realtime", help="Pace a file at real time instead of as fast as the model allows.")] = False,
     no_history: Annotated[bool, typer.Option("--no-history", help="Answer each question on its own (no earlier turns).")] = False,
     system: Annotated[Optional[str], typer.Option("--system", help="System prompt.")] = None,
+    pseudo_query: PseudoQueryOpt = "forward",
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     json_out: JsonOpt = False,
@@ -161,7 +167,7 @@ def watch(
     frames = _open_source(source, fps, realtime=realtime)
     session = build_session(model, policy, budget, policy_opt, fps, chunk, device, dtype, reindex,
                             max_new_tokens=max_new_tokens, history=not no_history, system_prompt=system,
-                            quiet=json_out)
+                            quiet=json_out, pseudo_query=pseudo_query)
     if not questions and sys.stdin.isatty():
         from .live import run_interactive
 
@@ -184,6 +190,7 @@ def chat(
     reindex: ReindexOpt = "lazy",
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Longest answer in tokens.")] = 128,
     system: Annotated[Optional[str], typer.Option("--system", help="System prompt.")] = None,
+    pseudo_query: PseudoQueryOpt = "forward",
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     debug: DebugOpt = False,
@@ -212,7 +219,7 @@ def chat(
     spec = (source or default_camera()) if webcam else source
     frames = _open_source(spec, fps, webcam=webcam)
     session = build_session(model, policy, budget, policy_opt, fps, chunk, device, dtype, reindex,
-                            max_new_tokens=max_new_tokens, system_prompt=system)
+                            max_new_tokens=max_new_tokens, system_prompt=system, pseudo_query=pseudo_query)
     from .live import run_interactive
 
     run_interactive(session, frames)

@@ -1,0 +1,77 @@
+"""Compression inside the engine: pseudo-query attention, applying choices, budgets end to end."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hermes_cli.memory import KIND_SUMMARY
+from hermes_cli.session import Session, SessionConfig
+from policies import POLICIES, make_policy
+from tests.conftest import moving_square_frames
+
+
+def session_for(adapter, policy, budget, **config):
+    return Session(adapter, make_policy(policy), SessionConfig(chunk_frames=4, budget=budget, repetition_penalty=1.0, **config))
+
+
+@pytest.mark.parametrize("mode", ["forward", "approx"])
+def test_pseudo_query_attention_covers_every_stream_token_and_leaves_no_trace(tiny_qwen, mode):
+    session = session_for(tiny_qwen, "hermes", 10_000, pseudo_query=mode)
+    session.ingest(moving_square_frames(8), [float(i) for i in range(8)])
+    before = session.cache.mark()
+    attention = session._pseudo_query_attention({"global": "Summarize the video."})
+    assert session.cache.mark() == before
+    stream = session.cache.stream_counts()[0]
+    assert len(attention["global"]) == tiny_qwen.num_layers
+    for layer in attention["global"]:
+        assert layer.shape == (stream,) and torch.all(layer >= 0) and float(layer.sum()) <= 1 + 1e-5
+
+
+def test_forward_and_approx_attention_differ(tiny_qwen):
+    """The true per-layer attention is not the reference code's embedding shortcut."""
+    results = {}
+    for mode in ("forward", "approx"):
+        session = session_for(tiny_qwen, "hermes", 10_000, pseudo_query=mode)
+        session.ingest(moving_square_frames(8), [float(i) for i in range(8)])
+        results[mode] = session._pseudo_query_attention({"g": "What happened?"})["g"]
+    assert torch.allclose(results["forward"][0], results["forward"][0])
+    assert not torch.allclose(results["forward"][-1], results["approx"][-1], atol=1e-4)
+
+
+@pytest.mark.parametrize("policy", sorted(set(POLICIES) - {"full"}))
+def test_a_budget_larger_than_the_stream_changes_nothing(tiny_llava, policy):
+    frames = moving_square_frames(8)
+    answers = []
+    for name in (policy, "full"):
+        session = session_for(tiny_llava, name, 100_000)
+        session.ingest(frames, [float(i) for i in range(8)])
+        answers.append(session.answer("What is it?", max_new_tokens=3, record_logits=True))
+        assert session.compressions == 0
+    assert answers[0].tokens == answers[1].tokens
+    for a, b in zip(answers[0].step_logits, answers[1].step_logits):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("mode", ["forward", "approx"])
+def test_hermes_in_the_engine_keeps_layers_equal_with_one_deep_summary(tiny_qwen, mode):
+    session = session_for(tiny_qwen, "hermes", 60, pseudo_query=mode)
+    for start in range(0, 24, 4):
+        session.ingest(moving_square_frames(4, seed=start), [float(start + i) for i in range(4)])
+        lengths = {layer.length for layer in session.cache.stream_layers}
+        assert len(lengths) == 1
+        assert max(session.cache.stream_counts()) <= 60 + 24  # budget + one chunk at most
+    assert session.compressions >= 1 and max(session.cache.stream_counts()) <= 60
+    summaries = session.cache.count(KIND_SUMMARY)
+    deep_from = int(0.7 * tiny_qwen.num_layers)
+    assert summaries[deep_from:] == [1] * (tiny_qwen.num_layers - deep_from)
+    assert summaries[:deep_from] == [0] * deep_from
+    answer = session.answer("What now?", max_new_tokens=2, record_logits=True)
+    assert all(torch.isfinite(l).all() for l in answer.step_logits)
+
+
+def test_infinipot_compresses_to_its_ratio_when_the_cap_is_reached(tiny_llava):
+    session = session_for(tiny_llava, "infinipot", 40)
+    session.ingest(moving_square_frames(12), [float(i) for i in range(12)])  # 3 chunks of 17 tokens
+    assert session.compressions >= 1
+    assert max(session.cache.stream_counts()) <= 40
