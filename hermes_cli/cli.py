@@ -349,8 +349,10 @@ def policies(json_out: JsonOpt = False) -> None:
     out.print("set parameters with --policy-opt KEY=VALUE")
 
 
-from .eval_cmd import evaluate  # noqa: E402  (light: heavy imports happen inside)
+from .bench_cmd import bench  # noqa: E402  (light: heavy imports happen inside)
+from .eval_cmd import evaluate  # noqa: E402
 
+app.command("bench")(bench)
 app.command("eval")(evaluate)
 
 

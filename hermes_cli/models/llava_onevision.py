@@ -8,11 +8,14 @@ same token sequence as a prompt with one ``<video>`` per chunk.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
 from .base import EncodedChunk, ModelAdapter, VideoClock
 from .chat import conversation, split_prompt
+from .random_arch import synthetic_embeddings
 
 
 class LlavaOneVisionAdapter(ModelAdapter):
@@ -67,6 +70,31 @@ class LlavaOneVisionAdapter(ModelAdapter):
             col=torch.cat([k % side, newline]),
             units=f,
             pixel_values=out["pixel_values_videos"],
+        )
+
+    @torch.no_grad()
+    def synthetic_encode(self, frames_count: int, first_unit: int, frame_hw: tuple[int, int]) -> EncodedChunk:
+        """Random visual embeddings with exactly ``encode``'s token layout, without the vision tower.
+
+        For benchmarks of the language model: ``frames_count`` frames of pooled SigLIP cells (the
+        tower's patch grid, 2×2-pooled) and one newline token. ``frame_hw`` does not matter here:
+        every frame is resized to the tower's square input.
+        """
+        vision = self.model.config.vision_config
+        side = math.ceil((vision.image_size // vision.patch_size) / 2)
+        per_frame = side * side
+        n = frames_count * per_frame + 1
+        embeds = synthetic_embeddings(self, n, first_unit)
+        k = torch.arange(frames_count * per_frame)
+        newline = torch.tensor([-1])
+        return EncodedChunk(
+            embeds=embeds,
+            input_ids=torch.full((n,), self.video_token_id, dtype=torch.long),
+            unit=torch.cat([first_unit + k // per_frame, torch.tensor([first_unit + frames_count - 1])]),
+            patch=torch.cat([k % per_frame, torch.tensor([per_frame])]),
+            row=torch.cat([(k % per_frame) // side, newline]),
+            col=torch.cat([k % side, newline]),
+            units=frames_count,
         )
 
     def video_clock(self, video_start: int, fps: float) -> VideoClock:

@@ -18,6 +18,7 @@ import torch
 
 from .base import EncodedChunk, ModelAdapter, VideoClock, floor_positions, time_interval
 from .chat import conversation, split_prompt
+from .random_arch import synthetic_embeddings
 
 
 class QwenVLAdapter(ModelAdapter):
@@ -74,6 +75,39 @@ class QwenVLAdapter(ModelAdapter):
             units=t,
             pixel_values=out["pixel_values_videos"],
             grid_thw=out["video_grid_thw"],
+        )
+
+    @torch.no_grad()
+    def synthetic_encode(self, frames_count: int, first_unit: int, frame_hw: tuple[int, int]) -> EncodedChunk:
+        """Random visual embeddings with exactly ``encode``'s token layout, without the vision tower.
+
+        For benchmarks of the language model. The grid (temporal patches × merged rows × merged
+        columns) is what the official video processor gives frames of size ``frame_hw``: it is
+        asked once per (frames, size) on blank frames, and remembered.
+        """
+        if frames_count % self.frames_per_unit:
+            raise ValueError(f"Qwen-VL chunks need a multiple of {self.frames_per_unit} frames")
+        key = (frames_count, tuple(frame_hw))
+        grids = self.__dict__.setdefault("_synthetic_grids", {})
+        if key not in grids:
+            blank = np.zeros((frames_count, *frame_hw, 3), dtype=np.uint8)
+            out = self.processor.video_processor(
+                videos=[blank], return_tensors="pt", do_sample_frames=False, cap_pixels_per_frame=True
+            )
+            grids[key] = tuple(int(x) for x in out["video_grid_thw"][0])
+        t, h, w = grids[key]
+        h, w = h // self.merge, w // self.merge
+        n = t * h * w
+        k = torch.arange(n)
+        return EncodedChunk(
+            embeds=synthetic_embeddings(self, n, first_unit),
+            input_ids=torch.full((n,), self.video_token_id, dtype=torch.long),
+            unit=first_unit + k // (h * w),
+            patch=k % (h * w),
+            row=(k % (h * w)) // w,
+            col=k % w,
+            units=t,
+            grid_thw=torch.tensor([[t, h * self.merge, w * self.merge]]),
         )
 
     def video_clock(self, video_start: int, fps: float) -> VideoClock:

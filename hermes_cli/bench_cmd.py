@@ -1,0 +1,269 @@
+"""``hermes bench``: time to first token and memory against stream length, per memory policy.
+
+Registered in cli.py as ``app.command("bench")(bench)``. Imports stay light here: torch and
+transformers load inside the command.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Optional
+
+import typer
+
+
+def bench(
+    frames: Annotated[str, typer.Option(
+        "--frames", "-f",
+        help="Longest stream in frames (steps: 16, 64, 256 … up to it), or explicit steps like 16,64,256.",
+    )] = "512",
+    policies: Annotated[str, typer.Option(
+        "--policies", help="Comma-separated memory policies to compare (see `hermes policies`).",
+    )] = "hermes,infinipot,fifo,full",
+    budget: Annotated[int, typer.Option("--budget", "-b", help="Stream tokens kept per layer.")] = 6000,
+    chunk: Annotated[int, typer.Option("--chunk", help="Frames per prefill chunk (even for Qwen-VL).")] = 16,
+    model: Annotated[str, typer.Option(
+        "--model", "-m", help="Hub id, local directory, or 'tiny' / 'tiny-llava-onevision' (random weights).",
+    )] = "tiny",
+    arch: Annotated[Optional[str], typer.Option(
+        "--arch",
+        help="Full-size architecture built with random weights (needs --random-weights): "
+        "llava-onevision-0.5b, llava-onevision-7b, qwen2.5-vl-3b, qwen2.5-vl-7b.",
+    )] = None,
+    random_weights: Annotated[bool, typer.Option(
+        "--random-weights", help="With --arch: build the model with random weights (no download).",
+    )] = False,
+    synthetic_vision: Annotated[bool, typer.Option(
+        "--synthetic-vision",
+        help="Skip the vision tower: random visual embeddings with the real token layout "
+        "(measures the language model and the memory policy only).",
+    )] = False,
+    video: Annotated[Optional[str], typer.Option(
+        "--video", help="Stream this video file instead of synthetic frames (it must be long enough).",
+    )] = None,
+    fps: Annotated[float, typer.Option("--fps", help="Frames sampled per second of video.")] = 1.0,
+    size: Annotated[str, typer.Option(
+        "--size", help="HxW of the synthetic frames (sets tokens per frame for Qwen-VL).",
+    )] = "360x640",
+    repeats: Annotated[int, typer.Option("--repeats", help="Measured answers per step (the median is reported).")] = 3,
+    warmup: Annotated[int, typer.Option("--warmup", help="Unmeasured answers before those, per step.")] = 1,
+    max_new_tokens: Annotated[int, typer.Option(
+        "--max-new-tokens", help="Tokens per answer (end-of-sequence is ignored, so TPOT is always measured).",
+    )] = 16,
+    question: Annotated[str, typer.Option("--question", help="The question asked at each step.")] =
+        "What is happening in the video?",
+    device: Annotated[Optional[str], typer.Option("--device", help="cpu, cuda, cuda:1 … (default: GPU if present).")] = None,
+    dtype: Annotated[Optional[str], typer.Option(
+        "--dtype", help="auto, fp32, bf16, fp16 (default: bf16 on GPU, fp32 on CPU).",
+    )] = None,
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="Print one JSON record per policy × stream length (details go to stderr).",
+    )] = False,
+    plot: Annotated[Optional[str], typer.Option(
+        "--plot", help="Write a PNG of TTFT and memory against frames, one line per policy (needs matplotlib).",
+    )] = None,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")] = False,
+) -> None:
+    """Measure how answering and memory scale with stream length, per memory policy.
+
+    For each policy, one stream is fed frame by frame and paused at each step (16, 64, 256,
+    512 frames by default) to answer the same question: --warmup answers first, then
+    --repeats measured ones (medians). Answering leaves the memory as it was, so the stream
+    simply continues to the next step.
+
+    Per policy and step it reports TTFT (question in → first token out), TPOT (per further
+    token), peak memory (GPU: max allocated; CPU: the process's peak resident set, weights
+    included), the KV-cache bytes and tokens per layer, ingest time per frame, and the
+    compression time per chunk with its share of the prefill time. A line per policy gives
+    TTFT(most frames)/TTFT(fewest) and the same ratio for memory: a bounded policy keeps both
+    near 1, `full` grows.
+
+    Real model sizes without weights: --arch NAME --random-weights builds a full-size model
+    (parameters and dtype are printed) — add --synthetic-vision to skip the vision tower.
+
+    Examples:
+
+      hermes bench --model tiny --frames 16,64,256 --policies hermes,full --budget 200 --json
+
+      hermes bench --arch llava-onevision-0.5b --random-weights --synthetic-vision
+      --frames 8,16,32,48 --chunk 4 --budget 1024 --plot bench.png
+    """
+    from .cli import DEBUG, UserError, err, out
+
+    DEBUG["on"] = debug
+    from .bench import parse_policies, parse_steps
+
+    try:
+        steps = parse_steps(frames)
+        names = parse_policies(policies)
+        frame_size = _parse_size(size)
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+    if budget < 1:
+        raise UserError("--budget must be a positive number of tokens")
+    if chunk < 1:
+        raise UserError("--chunk must be at least 1")
+    if fps <= 0:
+        raise UserError("--fps must be positive")
+    if repeats < 1 or warmup < 0 or max_new_tokens < 1:
+        raise UserError("--repeats and --max-new-tokens must be at least 1, --warmup at least 0")
+    if arch and not random_weights:
+        raise UserError("--arch builds a model without weights: add --random-weights (or load real weights with --model)")
+    if random_weights and not arch:
+        raise UserError("--random-weights needs --arch NAME (e.g. --arch llava-onevision-0.5b)")
+    if video and synthetic_vision:
+        raise UserError("--synthetic-vision does not look at frames: drop --video, or drop --synthetic-vision")
+    if plot:
+        from .bench import matplotlib_available
+
+        if not matplotlib_available():
+            raise UserError("--plot needs matplotlib: pip install 'hermes-video[plot]'")
+
+    adapter = _load(model, arch, device, dtype, UserError)
+    frame_source = _frame_source(video, fps, frame_size, UserError)
+
+    info = _describe(adapter, synthetic_vision, names, steps, budget, chunk)
+    for line in info:
+        err.print(line, soft_wrap=True)
+
+    records = _run(adapter, names, steps, budget, chunk, fps, repeats, warmup, max_new_tokens, question,
+                   frame_source, synthetic_vision, json_out=json_out, console=err, UserError=UserError)
+
+    from .bench import summarise, ttft_versus
+
+    if not json_out:  # (with --json each record was printed as soon as it was measured)
+        out.print(_table(records, adapter))
+    summary_console = err if json_out else out
+    for s in summarise(records):
+        summary_console.print(
+            f"[bold]{s.policy}[/]: TTFT({s.frames_most})/TTFT({s.frames_fewest}) = {s.ttft_ratio:.2f} · "
+            f"peak memory ×{s.memory_ratio:.2f} · KV cache ×{s.kv_ratio:.2f}"
+        )
+    for bounded in ("hermes", "infinipot"):
+        if bounded in names and "fifo" in names:
+            ratio = ttft_versus(records, bounded, "fifo")
+            if ratio is not None:
+                summary_console.print(f"TTFT {bounded}/fifo at the longest stream: {ratio:.2f}")
+    if plot:
+        from .bench import plot_records
+
+        title = f"{adapter.name} · budget {budget} · chunk {chunk}" + (" · synthetic vision" if synthetic_vision else "")
+        try:
+            plot_records(records, plot, title)
+        except (OSError, ValueError) as exc:
+            raise UserError(f"cannot write the plot to {plot}: {exc}") from exc
+        summary_console.print(f"plot written to {plot}")
+
+
+def _parse_size(text: str) -> tuple[int, int]:
+    try:
+        h, w = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise ValueError(f"--size expects HxW such as 360x640, got {text!r}") from None
+    if h < 28 or w < 28:
+        raise ValueError("--size must be at least 28x28")
+    return h, w
+
+
+def _load(model, arch, device, dtype, UserError):
+    from .models import ModelLoadError, load_model
+
+    try:
+        if arch:
+            from .models.random_arch import load_random_arch
+
+            return load_random_arch(arch, device=device, dtype=dtype)
+        return load_model(model, device=device, dtype=dtype)
+    except ModelLoadError as exc:
+        raise UserError(str(exc)) from exc
+
+
+def _frame_source(video, fps, frame_size, UserError):
+    from .bench import synthetic_frames, video_frames
+
+    if not video:
+        return lambda: synthetic_frames(frame_size, fps)
+    from .sources import SourceError, open_source
+
+    try:  # open once now so a bad file is a one-line error before any work
+        open_source(video, fps).close()
+    except (SourceError, ValueError) as exc:
+        raise UserError(str(exc)) from exc
+    return lambda: video_frames(video, fps)
+
+
+def _describe(adapter, synthetic_vision, names, steps, budget, chunk) -> list[str]:
+    params = adapter.parameter_count()
+    dtype = str(adapter.dtype).replace("torch.", "")
+    lines = [
+        f"model: [bold]{adapter.name}[/] · {params / 1e9:.3f} B parameters ({params:,}) · {dtype} · {adapter.device}",
+    ]
+    if adapter.random_weights:
+        lines.append("[yellow]note:[/] random weights: speed and memory are real, answers are noise")
+    if synthetic_vision:
+        lines.append("[yellow]note:[/] synthetic vision: random visual embeddings with the real token layout; "
+                     "the vision tower does not run (language-model and policy figures only)")
+    lines.append(f"policies {', '.join(names)} · steps {', '.join(map(str, steps))} frames · "
+                 f"budget {budget} tokens/layer · chunk {chunk} frames · {adapter.num_layers} layers")
+    return lines
+
+
+def _run(adapter, names, steps, budget, chunk, fps, repeats, warmup, max_new_tokens, question, frame_source,
+         synthetic_vision, *, json_out, console, UserError):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .bench import run_bench
+    from .session import PositionLimitError
+    from .sources import SourceError
+
+    total = len(names) * steps[-1]
+    progress = Progress(
+        TextColumn("[bold]bench[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal,
+        redirect_stdout=False,  # JSON records stay on stdout
+    )
+    done = {"policies": 0}
+
+    def on_event(event: dict) -> None:
+        base = done["policies"] * steps[-1]
+        if event["phase"] == "ingest":
+            progress.update(task, completed=base + event["frames"],
+                            info=f"{event['policy']}: streaming to {event['step']} frames")
+        elif event["phase"] == "answer":
+            progress.update(task, info=f"{event['policy']}: answering at {event['frames']} frames")
+        elif event["phase"] == "measured":
+            r = event["record"]
+            if json_out:
+                d = r.to_json()
+                d.pop("ttft_samples_ms", None)
+                print(json.dumps(d), flush=True)
+            else:
+                console.print(f"  {r.policy:>10} · {r.frames:>5} frames · TTFT {r.ttft_ms:8.1f} ms · "
+                              f"cache {r.cache_tokens} tokens · KV {r.kv_bytes / 2**20:.1f} MiB")
+            if event["step"] == steps[-1]:
+                done["policies"] += 1
+
+    try:
+        with progress:
+            task = progress.add_task("bench", total=total, info="")
+            return run_bench(adapter, names, steps, budget=budget, chunk=chunk, fps=fps, repeats=repeats,
+                             warmup=warmup, max_new_tokens=max_new_tokens, frames=frame_source,
+                             synthetic_vision=synthetic_vision, question=question, progress=on_event)
+    except (ValueError, SourceError, PositionLimitError) as exc:
+        raise UserError(str(exc).splitlines()[0]) from exc
+
+
+def _table(records, adapter):
+    from rich.table import Table
+
+    table = Table(title=f"hermes bench — {adapter.name}")
+    for col in ("policy", "frames", "stream tok", "cache tok", "KV MiB", "peak MiB", "TTFT ms", "TPOT ms",
+                "ingest ms/frame", "compress ms/chunk", "compress/prefill"):
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    for r in records:
+        table.add_row(
+            r.policy, str(r.frames), str(r.stream_tokens), str(r.cache_tokens), f"{r.kv_bytes / 2**20:.1f}",
+            f"{r.peak_memory_bytes / 2**20:.0f}", f"{r.ttft_ms:.1f}", "-" if r.tpot_ms is None else f"{r.tpot_ms:.1f}",
+            f"{r.ingest_ms_per_frame:.1f}", f"{r.compress_ms_per_chunk:.1f}", f"{100 * r.compress_fraction:.1f}%",
+        )
+    return table

@@ -1,0 +1,160 @@
+"""`hermes bench`: records, bounded memory for hermes vs growing for full, the plot, synthetic vision."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from hermes_cli.bench import (
+    RECORD_FIELDS, BenchAdapter, parse_steps, run_bench, summarise, synthetic_frames, ttft_versus,
+)
+from hermes_cli.bench_cmd import bench
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def app():
+    application = typer.Typer()
+    application.command("bench")(bench)
+    application.command("noop")(lambda: None)  # keeps "bench" a subcommand
+    return application
+
+
+def json_lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_parse_steps():
+    assert parse_steps("512") == [16, 64, 256, 512]
+    assert parse_steps("100") == [16, 64, 100]
+    assert parse_steps("8") == [8]
+    assert parse_steps("64, 16,256") == [16, 64, 256]
+    for bad in ("", "a", "0", "16,-1"):
+        with pytest.raises(ValueError):
+            parse_steps(bad)
+
+
+def test_cli_json_records_hermes_bounded_full_grows(app):
+    """Must-show 1: the records; hermes's KV bytes at 256 frames equal those at 64, full's grow."""
+    # tiny: 4 tokens per 2-frame unit → 64 frames = 128 stream tokens; budget 96 is smaller
+    result = runner.invoke(app, [
+        "bench", "--model", "tiny", "--frames", "16,64,256", "--policies", "hermes,full", "--budget", "96",
+        "--chunk", "32", "--size", "56x56", "--repeats", "1", "--warmup", "1", "--max-new-tokens", "3", "--json",
+    ])
+    assert result.exit_code == 0, result.output
+    records = json_lines(result.stdout)
+    assert [(r["policy"], r["frames"]) for r in records] == [
+        ("hermes", 16), ("hermes", 64), ("hermes", 256), ("full", 16), ("full", 64), ("full", 256),
+    ]
+    for r in records:
+        assert set(RECORD_FIELDS) <= set(r)
+        assert r["ttft_ms"] > 0 and r["tpot_ms"] > 0 and r["peak_memory_bytes"] > 0
+        assert r["ingest_ms_per_frame"] > 0 and 0 <= r["compress_fraction"]
+    hermes = {r["frames"]: r for r in records if r["policy"] == "hermes"}
+    full = {r["frames"]: r for r in records if r["policy"] == "full"}
+    assert hermes[64]["stream_tokens"] > 96  # the budget is smaller than the 64-frame stream
+    assert hermes[256]["kv_bytes"] == hermes[64]["kv_bytes"]
+    assert hermes[256]["cache_tokens"] == hermes[64]["cache_tokens"]
+    assert hermes[256]["compress_ms_per_chunk"] > 0
+    assert full[16]["kv_bytes"] < full[64]["kv_bytes"] < full[256]["kv_bytes"]
+    assert full[256]["kv_bytes"] == pytest.approx(4 * full[64]["kv_bytes"], rel=0.2)
+    assert "TTFT(256)/TTFT(16)" in result.stderr  # the summary line per policy
+    assert "parameters" in result.stderr and "float32" in result.stderr
+
+
+def test_plot_one_line_per_policy(app, tmp_path):
+    """Must-show 3: the PNG is written and has one line per policy in each panel."""
+    pytest.importorskip("matplotlib")
+    from hermes_cli.bench import plot_figure
+
+    path = tmp_path / "bench.png"
+    result = runner.invoke(app, [
+        "bench", "--model", "tiny", "--frames", "4,8", "--policies", "fifo,full", "--budget", "8",
+        "--chunk", "4", "--size", "56x56", "--repeats", "1", "--warmup", "0", "--max-new-tokens", "2",
+        "--plot", str(path),
+    ])
+    assert result.exit_code == 0, result.output
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "fifo" in result.stdout and "TTFT" in result.stdout  # the table
+    # the figure the file was drawn from
+    from hermes_cli.bench import BenchRecord
+
+    records = [BenchRecord(p, f, 1.0 + f, 1.0, 100 + f, 10 * f, f, 1.0, 0.0, 0.0)
+               for p in ("hermes", "fifo", "full") for f in (4, 8)]
+    fig = plot_figure(records)
+    for ax in fig.axes:
+        assert sorted(line.get_label() for line in ax.get_lines()) == ["fifo", "full", "hermes"]
+
+
+def test_run_bench_continues_one_stream(tiny_llava):
+    records = run_bench(tiny_llava, ["fifo"], [2, 5], budget=6, chunk=2, repeats=2, warmup=0, max_new_tokens=3,
+                        frames=lambda: synthetic_frames((56, 56)))
+    assert [r.frames for r in records] == [2, 5]
+    # 4 tokens per frame + 1 newline per chunk: 2 frames → 9 tokens; 5 = 2 chunks + a flushed frame → 9+9+5
+    assert [r.stream_tokens for r in records] == [9, 23]
+    assert records[0].cache_tokens == records[1].cache_tokens  # fifo: over the budget at both steps
+    assert records[0].kv_bytes == records[1].kv_bytes
+    assert len(records[0].ttft_samples_ms) == 2
+    s = summarise(records)[0]
+    assert s.frames_fewest == 2 and s.frames_most == 5 and s.ttft_ratio > 0
+    assert ttft_versus(records, "fifo", "fifo") == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("which", ["qwen", "llava"])
+def test_synthetic_encode_has_the_real_layout(which, tiny_qwen, tiny_llava):
+    adapter = tiny_qwen if which == "qwen" else tiny_llava
+    source = synthetic_frames((90, 120))
+    frames = np.stack([next(source)[0] for _ in range(4)])
+    real = adapter.encode(frames, 6)
+    fake = adapter.synthetic_encode(4, 6, (90, 120))
+    assert fake.embeds.shape == real.embeds.shape and fake.embeds.dtype == real.embeds.dtype
+    for name in ("unit", "patch", "row", "col", "input_ids"):
+        assert torch_equal(getattr(fake, name), getattr(real, name)), name
+    assert fake.units == real.units
+
+
+def torch_equal(a, b) -> bool:
+    return a.shape == b.shape and bool((a == b).all())
+
+
+def test_bench_adapter_ignores_eos_and_uses_synthetic_vision(tiny_qwen):
+    wrapped = BenchAdapter(tiny_qwen, synthetic_vision=True)
+    assert wrapped.eos_token_ids == set()
+    assert wrapped.num_layers == tiny_qwen.num_layers
+    chunk = wrapped.encode(np.zeros((2, 56, 56, 3), dtype=np.uint8), 0)
+    assert chunk.pixel_values is None  # the vision tower did not run
+
+
+def test_user_errors(app):
+    cases = [
+        (["--frames", "x"], "--frames"),
+        (["--policies", "nope"], "unknown policy"),
+        (["--arch", "llava-onevision-0.5b"], "--random-weights"),
+        (["--random-weights"], "--arch"),
+        (["--arch", "gpt-9", "--random-weights"], "unknown architecture"),
+        (["--video", "/nonexistent/file.mp4"], "file.mp4"),
+    ]
+    from hermes_cli.cli import UserError
+
+    for args, needle in cases:
+        result = runner.invoke(app, ["bench", "--model", "tiny", *args])
+        assert isinstance(result.exception, UserError), (args, result.output)
+        assert needle in str(result.exception), (args, str(result.exception))
+
+
+def test_shipped_architectures_are_full_size():
+    from hermes_cli.models.random_arch import ARCHS, arch_config, parameter_estimate
+
+    expected_text_layers = {"llava-onevision-0.5b": 24, "llava-onevision-7b": 28, "qwen2.5-vl-3b": 36,
+                            "qwen2.5-vl-7b": 28}
+    for name in ARCHS:
+        cfg = arch_config(name)
+        assert cfg["text_config"]["num_hidden_layers"] == expected_text_layers[name]
+        assert cfg["text_config"]["vocab_size"] > 150_000
+    # the language model of LLaVA-OneVision 0.5B (Qwen2-0.5B): 494 M parameters
+    assert parameter_estimate("llava-onevision-0.5b") == pytest.approx(494e6, rel=0.01)
