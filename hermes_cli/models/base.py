@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from ..model_names import ModelLoadError  # noqa: F401  (re-exported for adapters)
+from .chat import conversation, split_prompt
 from ..rope import RotaryDelta, rotate_half, text_positions, to_model_position_ids
 
 
@@ -114,13 +115,21 @@ class ModelAdapter(ABC):
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         return torch.tensor(ids, dtype=torch.long)
 
-    @abstractmethod
-    def prefix_text(self, system_prompt: str) -> str:
-        """Everything before the first video token (never evicted)."""
+    video_token: str  # the placeholder the chat template renders for the video
 
-    @abstractmethod
-    def question_text(self, question: str, history: list[tuple[str, str]]) -> str:
+    def prefix_text(self, system_prompt: str | None) -> str:
+        """Everything before the first video token (never evicted)."""
+        return self._split("", [], system_prompt)[0]
+
+    def question_text(self, question: str, history: list[tuple[str, str]], system_prompt: str | None = None) -> str:
         """What follows the video for a question (earlier turns included), up to the answer."""
+        return self._split(question, history, system_prompt)[1]
+
+    def _split(self, question: str, history: list[tuple[str, str]], system_prompt: str | None) -> tuple[str, str]:
+        rendered = self.processor.apply_chat_template(
+            conversation(question, history, system_prompt), add_generation_prompt=True, tokenize=False
+        )
+        return split_prompt(rendered, self.video_token)
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)

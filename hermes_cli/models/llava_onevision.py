@@ -14,7 +14,6 @@ import numpy as np
 import torch
 
 from .base import EncodedChunk, ModelAdapter, VideoClock
-from .chat import conversation, split_prompt
 from .random_arch import synthetic_embeddings
 
 
@@ -32,18 +31,6 @@ class LlavaOneVisionAdapter(ModelAdapter):
     def text_model(self):
         return self.model.model.language_model
 
-    def prefix_text(self, system_prompt: str | None) -> str:
-        return self._split("", [], system_prompt)[0]
-
-    def question_text(self, question: str, history: list[tuple[str, str]], system_prompt: str | None = None) -> str:
-        return self._split(question, history, system_prompt)[1]
-
-    def _split(self, question, history, system_prompt):
-        rendered = self.processor.apply_chat_template(
-            conversation(question, history, system_prompt), add_generation_prompt=True, tokenize=False
-        )
-        return split_prompt(rendered, self.video_token)
-
     @torch.no_grad()
     def encode(self, frames: np.ndarray, first_unit: int) -> EncodedChunk:
         out = self.processor.video_processor(videos=[frames], return_tensors="pt", do_sample_frames=False)
@@ -56,21 +43,7 @@ class LlavaOneVisionAdapter(ModelAdapter):
             return_dict=True,
         ).pooler_output
         embeds = features.reshape(1, -1, features.shape[-1])
-        f = frames.shape[0]
-        per_frame = (embeds.shape[1] - 1) // f
-        side = int(round(per_frame**0.5))
-        k = torch.arange(f * per_frame)
-        newline = torch.tensor([-1])
-        return EncodedChunk(
-            embeds=embeds,
-            input_ids=torch.full((embeds.shape[1],), self.video_token_id, dtype=torch.long),
-            unit=torch.cat([first_unit + k // per_frame, torch.tensor([first_unit + f - 1])]),
-            patch=torch.cat([k % per_frame, torch.tensor([per_frame])]),
-            row=torch.cat([(k % per_frame) // side, newline]),
-            col=torch.cat([k % side, newline]),
-            units=f,
-            pixel_values=out["pixel_values_videos"],
-        )
+        return self._chunk(embeds, frames.shape[0], first_unit, pixel_values=out["pixel_values_videos"])
 
     @torch.no_grad()
     def synthetic_encode(self, frames_count: int, first_unit: int, frame_hw: tuple[int, int]) -> EncodedChunk:
@@ -80,21 +53,30 @@ class LlavaOneVisionAdapter(ModelAdapter):
         tower's patch grid, 2×2-pooled) and one newline token. ``frame_hw`` does not matter here:
         every frame is resized to the tower's square input.
         """
+        n = frames_count * self.pooled_side**2 + 1
+        return self._chunk(synthetic_embeddings(self, n, first_unit), frames_count, first_unit)
+
+    @property
+    def pooled_side(self) -> int:
+        """Cells per side of a frame after the tower's 2×2 pooling (27 → 14 for SigLIP-384)."""
         vision = self.model.config.vision_config
-        side = math.ceil((vision.image_size // vision.patch_size) / 2)
+        return math.ceil((vision.image_size // vision.patch_size) / 2)
+
+    def _chunk(self, embeds, frames: int, first_unit: int, **extra) -> EncodedChunk:
+        """The token layout of a ``<video>`` block: each frame's pooled cells, row-major, then a newline."""
+        side = self.pooled_side
         per_frame = side * side
-        n = frames_count * per_frame + 1
-        embeds = synthetic_embeddings(self, n, first_unit)
-        k = torch.arange(frames_count * per_frame)
+        k = torch.arange(frames * per_frame)
         newline = torch.tensor([-1])
         return EncodedChunk(
             embeds=embeds,
-            input_ids=torch.full((n,), self.video_token_id, dtype=torch.long),
-            unit=torch.cat([first_unit + k // per_frame, torch.tensor([first_unit + frames_count - 1])]),
+            input_ids=torch.full((embeds.shape[1],), self.video_token_id, dtype=torch.long),
+            unit=torch.cat([first_unit + k // per_frame, torch.tensor([first_unit + frames - 1])]),
             patch=torch.cat([k % per_frame, torch.tensor([per_frame])]),
             row=torch.cat([(k % per_frame) // side, newline]),
             col=torch.cat([k % side, newline]),
-            units=frames_count,
+            units=frames,
+            **extra,
         )
 
     def video_clock(self, video_start: int, fps: float) -> VideoClock:

@@ -17,7 +17,6 @@ import numpy as np
 import torch
 
 from .base import EncodedChunk, ModelAdapter, VideoClock, floor_positions, time_interval
-from .chat import conversation, split_prompt
 from .random_arch import synthetic_embeddings
 
 
@@ -38,18 +37,6 @@ class QwenVLAdapter(ModelAdapter):
     def text_model(self):
         return self.model.model.language_model
 
-    def prefix_text(self, system_prompt: str | None) -> str:
-        return self._split("", [], system_prompt)[0]
-
-    def question_text(self, question: str, history: list[tuple[str, str]], system_prompt: str | None = None) -> str:
-        return self._split(question, history, system_prompt)[1]
-
-    def _split(self, question, history, system_prompt):
-        rendered = self.processor.apply_chat_template(
-            conversation(question, history, system_prompt), add_generation_prompt=True, tokenize=False
-        )
-        return split_prompt(rendered, self.video_token)
-
     @torch.no_grad()
     def encode(self, frames: np.ndarray, first_unit: int) -> EncodedChunk:
         if frames.shape[0] % self.frames_per_unit:
@@ -62,20 +49,7 @@ class QwenVLAdapter(ModelAdapter):
         features = self.model.model.get_video_features(pixels, grid, return_dict=True).pooler_output
         embeds = torch.cat(features, dim=0).unsqueeze(0)
         t, h, w = (int(x) for x in grid[0])
-        h, w = h // self.merge, w // self.merge
-        n = t * h * w
-        k = torch.arange(n)
-        return EncodedChunk(
-            embeds=embeds,
-            input_ids=torch.full((n,), self.video_token_id, dtype=torch.long),
-            unit=first_unit + k // (h * w),
-            patch=k % (h * w),
-            row=(k % (h * w)) // w,
-            col=k % w,
-            units=t,
-            pixel_values=out["pixel_values_videos"],
-            grid_thw=out["video_grid_thw"],
-        )
+        return self._chunk(embeds, (t, h, w), first_unit, pixel_values=out["pixel_values_videos"])
 
     @torch.no_grad()
     def synthetic_encode(self, frames_count: int, first_unit: int, frame_hw: tuple[int, int]) -> EncodedChunk:
@@ -96,18 +70,25 @@ class QwenVLAdapter(ModelAdapter):
             )
             grids[key] = tuple(int(x) for x in out["video_grid_thw"][0])
         t, h, w = grids[key]
+        n = t * (h // self.merge) * (w // self.merge)
+        return self._chunk(synthetic_embeddings(self, n, first_unit), (t, h, w), first_unit)
+
+    def _chunk(self, embeds, grid_thw: tuple[int, int, int], first_unit: int, **extra) -> EncodedChunk:
+        """The token layout of a grid (t, h, w) of patches, merged ``merge``×``merge``: t-major, then rows."""
+        t, h, w = grid_thw
         h, w = h // self.merge, w // self.merge
         n = t * h * w
         k = torch.arange(n)
         return EncodedChunk(
-            embeds=synthetic_embeddings(self, n, first_unit),
+            embeds=embeds,
             input_ids=torch.full((n,), self.video_token_id, dtype=torch.long),
             unit=first_unit + k // (h * w),
             patch=k % (h * w),
             row=(k % (h * w)) // w,
             col=k % w,
             units=t,
-            grid_thw=torch.tensor([[t, h * self.merge, w * self.merge]]),
+            grid_thw=torch.tensor([list(grid_thw)]),
+            **extra,
         )
 
     def video_clock(self, video_start: int, fps: float) -> VideoClock:
