@@ -16,15 +16,6 @@ from policies.infinipot import box_sum, pool_kernel, recent_frames_mask, tar_sco
 from policies.uniform import evenly_spaced_frames
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: a second intra-op thread only waits on a busy CPU (10x slower under load)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def layer(frames, patches, keys=None, values=None, *, ids=None, positions=None, summary=None, attention=None):
     """LayerTokens for tokens at (frame, patch); keys/values default to zeros of shape (1, N, 2)."""
     n = len(frames)

@@ -20,15 +20,6 @@ from policies import POLICIES, LayerChoice, LayerTokens, Policy, StreamState, ma
 from policies.hermes import layer_roles
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: a second intra-op thread only waits on a busy CPU (10x slower under load)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 FIELDS = ("keys", "values", "token_id", "frame", "patch", "positions", "is_summary")
 
 
