@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from . import __version__
 
@@ -364,11 +365,17 @@ def main() -> None:
     except UserError as exc:
         if DEBUG["on"]:
             raise
-        err.print(f"[red]error:[/] {exc}", soft_wrap=True)
+        err.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         sys.exit(2)
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)
+    except Exception as exc:  # a bug: still one line, with the way to the details
+        if DEBUG["on"]:
+            raise
+        err.print(f"[red]internal error:[/] {type(exc).__name__}: {escape(str(exc))} — rerun with --debug "
+                  "for the traceback and please report it", soft_wrap=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -154,3 +154,20 @@ def test_model_names_are_checked_before_loading(tmp_path, monkeypatch):
         check_model_name("nobody/no-such-model")
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     check_model_name("nobody/no-such-model")  # online: left to the download, which says why it failed
+
+
+def test_an_unexpected_error_is_one_line_unless_debug(monkeypatch, capsys, video):
+    import hermes_cli.cli as cli
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom [in brackets]")
+
+    monkeypatch.setattr(cli, "_run_batch", broken)
+    monkeypatch.setattr(sys, "argv", ["hermes", "watch", video, "--model", "tiny", "--ask", "hi"])
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main()
+    assert exit_info.value.code == 1
+    assert "internal error: RuntimeError: boom [in brackets]" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "argv", ["hermes", "watch", video, "--model", "tiny", "--ask", "hi", "--debug"])
+    with pytest.raises(RuntimeError, match="boom"):
+        cli.main()
