@@ -11,6 +11,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from .options import BudgetOpt, ChunkOpt, DebugOpt, DeviceOpt, DtypeOpt, FpsOpt
+
 
 def bench(
     frames: Annotated[str, typer.Option(
@@ -20,10 +22,11 @@ def bench(
     policies: Annotated[str, typer.Option(
         "--policies", help="Comma-separated memory policies to compare (see `hermes policies`).",
     )] = "hermes,infinipot,fifo,full",
-    budget: Annotated[int, typer.Option("--budget", "-b", help="Stream tokens kept per layer.")] = 6000,
-    chunk: Annotated[int, typer.Option("--chunk", help="Frames per prefill chunk (even for Qwen-VL).")] = 16,
+    budget: BudgetOpt = 6000,
+    chunk: ChunkOpt = 16,
     model: Annotated[str, typer.Option(
-        "--model", "-m", help="Hub id, local directory, or 'tiny' / 'tiny-llava-onevision' (random weights).",
+        "--model", "-m", metavar="NAME|PATH",
+        help="Hub id, local directory, or 'tiny' / 'tiny-llava-onevision' (random weights).",
     )] = "tiny",
     arch: Annotated[Optional[str], typer.Option(
         "--arch",
@@ -41,7 +44,7 @@ def bench(
     video: Annotated[Optional[str], typer.Option(
         "--video", help="Stream this video file instead of synthetic frames (it must be long enough).",
     )] = None,
-    fps: Annotated[float, typer.Option("--fps", help="Frames sampled per second of video.")] = 1.0,
+    fps: FpsOpt = 1.0,
     size: Annotated[str, typer.Option(
         "--size", help="HxW of the synthetic frames (sets tokens per frame for Qwen-VL).",
     )] = "360x640",
@@ -52,17 +55,15 @@ def bench(
     )] = 16,
     question: Annotated[str, typer.Option("--question", help="The question asked at each step.")] =
         "What is happening in the video?",
-    device: Annotated[Optional[str], typer.Option("--device", help="cpu, cuda, cuda:1 … (default: GPU if present).")] = None,
-    dtype: Annotated[Optional[str], typer.Option(
-        "--dtype", help="auto, fp32, bf16, fp16 (default: bf16 on GPU, fp32 on CPU).",
-    )] = None,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
     json_out: Annotated[bool, typer.Option(
         "--json", help="Print one JSON record per policy × stream length (details go to stderr).",
     )] = False,
     plot: Annotated[Optional[str], typer.Option(
         "--plot", help="Write a PNG of TTFT and memory against frames, one line per policy (needs matplotlib).",
     )] = None,
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")] = False,
+    debug: DebugOpt = False,
 ) -> None:
     """Measure how answering and memory scale with stream length, per memory policy.
 

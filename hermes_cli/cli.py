@@ -35,36 +35,10 @@ class UserError(Exception):
     """A problem the user can fix; printed as one line, exit code 2."""
 
 
-# -- shared options ------------------------------------------------------------------------------
-ModelOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--model", "-m",
-        help="Hub id, local directory, or 'tiny' / 'tiny-llava-onevision' (random weights). "
-        "Default: HERMES_MODEL, else a real model that fits this machine (see `hermes models`).",
-    ),
-]
-PolicyOpt = Annotated[str, typer.Option("--policy", "-p", help="Memory policy (see `hermes policies`).")]
-BudgetOpt = Annotated[int, typer.Option("--budget", "-b", help="Stream tokens kept per layer (the memory cap).")]
-PolicyOptsOpt = Annotated[
-    Optional[list[str]],
-    typer.Option("--policy-opt", help="Policy parameter KEY=VALUE (repeatable), e.g. alpha=0.4."),
-]
-FpsOpt = Annotated[float, typer.Option("--fps", help="Frames sampled per second of video.")]
-ChunkOpt = Annotated[int, typer.Option("--chunk", help="Frames per prefill chunk (even for Qwen-VL).")]
-DeviceOpt = Annotated[Optional[str], typer.Option("--device", help="cpu, cuda, cuda:1 … (default: GPU if present).")]
-DtypeOpt = Annotated[Optional[str], typer.Option("--dtype", help="auto, fp32, bf16, fp16 (default: bf16 on GPU, fp32 on CPU).")]
-ReindexOpt = Annotated[
-    str,
-    typer.Option("--reindex", help="Position re-indexing: lazy (near the limit), eager (every compression), off."),
-]
-PseudoQueryOpt = Annotated[
-    str,
-    typer.Option("--pseudo-query", help="How attention-scored policies (hermes) read attention: forward "
-                 "(a real forward of the pseudo-query on the cache) or approx (the reference code's shortcut)."),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object per answer (for scripts).")]
-DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")]
+from .options import (  # noqa: E402
+    BudgetOpt, ChunkOpt, DebugOpt, DeviceOpt, DtypeOpt, FpsOpt, JsonOpt, MaxNewTokensOpt, ModelOpt, PolicyOpt,
+    PolicyOptsOpt, PseudoQueryOpt, ReindexOpt, SystemOpt,
+)
 
 
 def _version(value: bool) -> None:
@@ -127,9 +101,9 @@ def build_session(model, policy, budget, policy_opts, fps, chunk, device, dtype,
 # -- watch ------------------------------------------------------------------------------------
 @app.command()
 def watch(
-    source: Annotated[str, typer.Argument(help="Video file or URL (http/https/HLS, rtsp, rtmp, tcp, udp).")],
-    ask: Annotated[Optional[list[str]], typer.Option("--ask", "-a", help="Question answered at the end of the stream (repeatable).")] = None,
-    ask_at: Annotated[Optional[list[str]], typer.Option("--ask-at", help="TIME=QUESTION: ask when the stream reaches TIME (30s, 1:05).")] = None,
+    source: Annotated[str, typer.Argument(metavar="SOURCE", help="Video file or URL (http/https/HLS, rtsp, rtmp, tcp, udp).")],
+    ask: Annotated[Optional[list[str]], typer.Option("--ask", "-a", metavar="QUESTION", help="Question answered at the end of the stream (repeatable).")] = None,
+    ask_at: Annotated[Optional[list[str]], typer.Option("--ask-at", metavar="TIME=QUESTION", help="TIME=QUESTION: ask when the stream reaches TIME (30s, 1:05).")] = None,
     model: ModelOpt = None,
     policy: PolicyOpt = "hermes",
     budget: BudgetOpt = 6000,
@@ -137,10 +111,10 @@ def watch(
     fps: FpsOpt = 1.0,
     chunk: ChunkOpt = 16,
     reindex: ReindexOpt = "lazy",
-    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Longest answer in tokens.")] = 128,
+    max_new_tokens: MaxNewTokensOpt = 128,
     realtime: Annotated[bool, typer.Option("--realtime", help="Pace a file at real time instead of as fast as the model allows.")] = False,
     no_history: Annotated[bool, typer.Option("--no-history", help="Answer each question on its own (no earlier turns).")] = False,
-    system: Annotated[Optional[str], typer.Option("--system", help="System prompt.")] = None,
+    system: SystemOpt = None,
     pseudo_query: PseudoQueryOpt = "forward",
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
@@ -179,7 +153,7 @@ def watch(
 
 @app.command()
 def chat(
-    source: Annotated[Optional[str], typer.Argument(help="A live URL (rtsp, rtmp, tcp, udp, http) — or, with --webcam, a camera device.")] = None,
+    source: Annotated[Optional[str], typer.Argument(metavar="[SOURCE]", help="A live URL (rtsp, rtmp, tcp, udp, http) — or, with --webcam, a camera device.")] = None,
     webcam: Annotated[bool, typer.Option("--webcam", help="Watch a camera (default: this platform's first camera).")] = False,
     list_devices: Annotated[bool, typer.Option("--list-devices", help="List the cameras found and exit.")] = False,
     model: ModelOpt = None,
@@ -189,8 +163,8 @@ def chat(
     fps: FpsOpt = 1.0,
     chunk: ChunkOpt = 16,
     reindex: ReindexOpt = "lazy",
-    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Longest answer in tokens.")] = 128,
-    system: Annotated[Optional[str], typer.Option("--system", help="System prompt.")] = None,
+    max_new_tokens: MaxNewTokensOpt = 128,
+    system: SystemOpt = None,
     pseudo_query: PseudoQueryOpt = "forward",
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,

@@ -13,6 +13,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from .options import DebugOpt, DeviceOpt, DtypeOpt, ModelOpt, PolicyOpt, PolicyOptsOpt
+
 TasksOpt = Annotated[
     Optional[list[str]],
     typer.Option("--tasks", "-t", help="Only these tasks (repeatable or comma-separated, case-insensitive); see --dry-run for the names."),
@@ -22,10 +24,10 @@ TasksOpt = Annotated[
 def evaluate(
     annotations: Annotated[Path, typer.Argument(help="Benchmark annotation JSON (HERMES / ReKV format).", show_default=False)],
     videos_dir: Annotated[Optional[Path], typer.Option("--videos-dir", "-d", help="Folder holding the videos; annotation paths are remapped by file name (searched recursively).")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Hub id, local directory, or 'tiny' / 'tiny-llava-onevision' (random weights). Default as in `hermes watch`.")] = None,
-    policy: Annotated[str, typer.Option("--policy", "-p", help="Memory policy (see `hermes policies`).")] = "hermes",
+    model: ModelOpt = None,
+    policy: PolicyOpt = "hermes",
     budget: Annotated[int, typer.Option("--budget", "-b", help="Stream tokens kept per layer (papers: 4000; 6000 for RVS).")] = 4000,
-    policy_opt: Annotated[Optional[list[str]], typer.Option("--policy-opt", help="Policy parameter KEY=VALUE (repeatable).")] = None,
+    policy_opt: PolicyOptsOpt = None,
     fps: Annotated[float, typer.Option("--fps", help="Frames sampled per second of video (papers: 0.5 for LLaVA-OV, 0.5-1 for Qwen2.5-VL).")] = 1.0,
     chunk: Annotated[int, typer.Option("--chunk", help="Frames per prefill chunk (papers: 16; even for Qwen-VL).")] = 16,
     reindex: Annotated[Optional[str], typer.Option("--reindex", help="lazy, eager or off. Default: lazy when streaming, eager offline (as in the paper).")] = None,
@@ -41,10 +43,10 @@ def evaluate(
     judge_url: Annotated[Optional[str], typer.Option("--judge-url", help="OpenAI-compatible endpoint (e.g. http://localhost:8000/v1) to judge open-ended answers.")] = None,
     judge_model: Annotated[str, typer.Option("--judge-model", help="Model name sent to the judge.")] = "gpt-3.5-turbo",
     judge_key_env: Annotated[str, typer.Option("--judge-key-env", help="Environment variable holding the judge's API key.")] = "OPENAI_API_KEY",
-    device: Annotated[Optional[str], typer.Option("--device", help="cpu, cuda, cuda:1 … (default: GPU if present).")] = None,
-    dtype: Annotated[Optional[str], typer.Option("--dtype", help="auto, fp32, bf16, fp16.")] = None,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")] = False,
+    debug: DebugOpt = False,
 ) -> None:
     """Measure accuracy on a streaming or offline video benchmark, with any model, policy and budget.
 
