@@ -349,7 +349,11 @@ class Session:
 
     # -- readouts -----------------------------------------------------------------------------
     def stats(self) -> dict:
-        """What the readouts and ``--json`` report."""
+        """What the readouts and ``--json`` report (a consistent snapshot: taken under the lock)."""
+        with self.lock:
+            return self._stats()
+
+    def _stats(self) -> dict:
         from .readouts import memory_stats
 
         cache = self.cache
