@@ -273,7 +273,7 @@ def _run_batch(session, frames, questions, json_out: bool) -> None:
 def models(json_out: JsonOpt = False) -> None:
     """List the supported model families, the default on this machine, and local weights."""
     from .models import FAMILIES, default_model, locally_present
-    from .models.tiny import TINY_NAMES
+    from .model_names import TINY_NAMES
 
     name, why = default_model()
     rows = [

@@ -359,7 +359,6 @@ class Session:
         cache = self.cache
         video = cache.count(KIND_VIDEO)
         stream = cache.stream_counts()
-        held = cache.max_positions()
         last = self.last_chunk
         return {
             "stream_time_s": round(self.stream_time_s, 3),
@@ -376,7 +375,7 @@ class Session:
                 "compressions": self.compressions,
             },
             "positions": {
-                "next": self._next_positions(held),
+                "next": self._next_positions(),
                 "limit": self.position_limit,
                 "reindex": self.config.reindex,
                 "reindex_count": self.reindex_count,
@@ -389,7 +388,7 @@ class Session:
             "policy": self.policy.name,
         }
 
-    def _next_positions(self, held: Tensor | None):
+    def _next_positions(self):
         nxt = self.next_position()
         return nxt if self.adapter.position_axes == 1 else [nxt] * self.adapter.position_axes
 

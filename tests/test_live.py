@@ -7,7 +7,6 @@ import sys
 from dataclasses import dataclass
 
 import numpy as np
-import pytest
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 

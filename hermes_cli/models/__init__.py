@@ -8,11 +8,11 @@ from pathlib import Path
 
 import torch
 
-from ..model_names import WAY_OUT, ModelLoadError, check_model_name, in_hub_cache
+from ..model_names import TINY_NAMES, WAY_OUT, ModelLoadError, check_model_name, in_hub_cache
 from .base import EncodedChunk, ModelAdapter, VideoClock
 from .llava_onevision import LlavaOneVisionAdapter
 from .qwen_vl import QwenVLAdapter
-from .tiny import TINY_NAMES, tiny_llava_onevision, tiny_qwen
+from .tiny import tiny_llava_onevision, tiny_qwen
 
 ADAPTERS: dict[str, type[ModelAdapter]] = {
     "qwen2_5_vl": QwenVLAdapter,

@@ -16,7 +16,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..model_names import ModelLoadError  # noqa: F401  (re-exported for adapters)
 from .chat import conversation, split_prompt
 from ..rope import RotaryDelta, rotate_half, text_positions, to_model_position_ids
 

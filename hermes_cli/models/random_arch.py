@@ -17,7 +17,7 @@ from importlib import resources
 
 import torch
 
-from .base import ModelLoadError
+from ..model_names import ModelLoadError
 from .tiny import LLAVA_SPECIALS, QWEN_SPECIALS, SEED, _template, make_tokenizer
 
 # name -> config file (and accepted aliases)

@@ -12,7 +12,6 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from ..model_names import TINY_NAMES  # noqa: F401  (re-exported)
 SEED = 0
 QWEN_SPECIALS = [
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
