@@ -83,6 +83,13 @@ class Ingestor:
         self.thread.join(timeout_s)
 
     @property
+    def lag_s(self) -> float | None:
+        """How far a live source's ingested stream time trails the wall clock (None for files)."""
+        if not getattr(self.frames, "is_live", False) or not self.snapshot["frames_seen"]:
+            return None
+        return max(0.0, time.monotonic() - self.started - self.snapshot["stream_time_s"])
+
+    @property
     def speed(self) -> float | None:
         """Stream seconds ingested per wall-clock second."""
         wall = time.monotonic() - self.started
@@ -121,6 +128,7 @@ def toolbar_text(ingestor: Ingestor) -> str:
         f"RSS {_mib(mem['rss_bytes'])}" + (f" · GPU peak {_mib(mem['gpu_peak_bytes'])}" if mem["gpu_peak_bytes"] else ""),
         f"chunk {chunk:.0f} ms" if chunk is not None else "chunk —",
         f"{speed:.1f}× real time" if speed else "",
+        f"lag {ingestor.lag_s:.1f}s" if ingestor.lag_s is not None else "",
     ]
     if answer is not None and answer.ttft_ms is not None:
         parts.append(f"TTFT {answer.ttft_ms:.0f} ms · TPOT {answer.tpot_ms or 0:.0f} ms")

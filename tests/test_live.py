@@ -93,3 +93,17 @@ def test_webcam_without_camera_is_one_line():
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "camera" in lines[0] and "Traceback" not in result.stderr
+
+
+def test_toolbar_shows_the_lag_of_a_live_source(tiny_llava):
+    class LiveFrames(list):
+        is_live = True
+
+    session = Session(tiny_llava, config=SessionConfig(chunk_frames=2, budget=None))
+    session.ingest(moving_square_frames(2), [0.0, 1.0])
+    from hermes_cli.live import Ingestor
+
+    ingestor = Ingestor(session, LiveFrames(), lambda message: None)
+    ingestor.snapshot = session.stats()
+    ingestor.started -= 10  # the source started 10 s ago; 1 s of it is in memory
+    assert 8.5 < ingestor.lag_s < 10 and "lag 9." in toolbar_text(ingestor)
