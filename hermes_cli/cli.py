@@ -91,7 +91,7 @@ def build_session(model, policy, budget, policy_opts, fps, chunk, device, dtype,
     except ModelLoadError as exc:
         raise UserError(str(exc)) from exc
     if adapter.random_weights and not quiet:
-        err.print(f"[yellow]note:[/] {adapter.name} has random weights: answers are noise (for smoke runs and benchmarks)")
+        err.print(f"[yellow]note:[/] {adapter.name} has random weights: answers are noise (for smoke runs and benchmarks)", soft_wrap=True)
     try:
         return Session(adapter, pol, config)
     except ValueError as exc:
@@ -261,7 +261,7 @@ def _run_batch(session, frames, questions, json_out: bool) -> None:
     except (SourceError, PositionLimitError) as exc:
         raise UserError(str(exc)) from exc
     for warning in getattr(getattr(frames, "stats", None), "warnings", []) or []:
-        err.print(f"[yellow]warning:[/] {warning}")
+        err.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
     if not questions and not json_out:
         s = session.stats()
         out.print(f"streamed {s['frames_seen']} frames ({s['stream_time_s']:.1f}s); "
