@@ -171,3 +171,20 @@ def test_an_unexpected_error_is_one_line_unless_debug(monkeypatch, capsys, video
     monkeypatch.setattr(sys, "argv", ["hermes", "watch", video, "--model", "tiny", "--ask", "hi", "--debug"])
     with pytest.raises(RuntimeError, match="boom"):
         cli.main()
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny-llava-onevision"])
+def test_a_local_model_directory_loads_through_the_real_path(tmp_path, video, name):
+    """save_pretrained → --model DIR goes through AutoConfig/AutoProcessor/AutoModel: same answers."""
+    from hermes_cli.models.tiny import tiny_llava_onevision, tiny_qwen
+
+    model, processor = (tiny_llava_onevision if "llava" in name else tiny_qwen)()
+    model.save_pretrained(tmp_path)
+    processor.save_pretrained(tmp_path)
+    args = ["watch", video, "--chunk", "4", "--ask", "What happens?", "--max-new-tokens", "4", "--json"]
+    local = runner.invoke(app, [*args, "--model", str(tmp_path)])
+    builtin = runner.invoke(app, [*args, "--model", name])
+    assert local.exit_code == 0, local.output
+    (from_dir,), (built_in,) = json_lines(local.stdout), json_lines(builtin.stdout)
+    assert from_dir["answer"] == built_in["answer"] and from_dir["cache"] == built_in["cache"]
+    assert from_dir["model"] == str(tmp_path) and not from_dir["random_weights"]
