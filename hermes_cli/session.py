@@ -262,24 +262,39 @@ class Session:
     def _pseudo_query_attention(self, texts: dict[str, str]) -> dict[str, list[Tensor]]:
         """Per pseudo-query, per layer: attention (N,) from its tokens to each stream token.
 
-        ``forward`` mode runs the pseudo-query as a real forward on top of the cache and takes
-        each layer's attention weights, averaged over heads and query tokens; the tokens are then
-        removed. ``approx`` projects the raw token embeddings through each layer's query projection.
+        ``forward`` mode runs every pseudo-query in one real forward on top of the cache — each
+        text at the positions right after the cache and masked from the others, so each sees
+        exactly what a forward of its own would — and takes each layer's attention weights,
+        averaged over heads and the text's tokens; the tokens are then removed. ``approx``
+        projects the raw token embeddings through each layer's query projection.
         """
-        out: dict[str, list[Tensor]] = {}
+        if not texts:
+            return {}
         p, length = self.cache.prefix_length(), self.cache.length
-        for name, text in texts.items():
-            ids = self.adapter.tokens(text)
-            positions = self.adapter.text_positions(self.next_position(), ids.shape[0])
-            if self.config.pseudo_query == "approx":
-                weights = self.adapter.approx_attention(self.adapter.embed(ids), positions, self.cache)
-            else:
-                mark = self.cache.mark()
-                try:
-                    _, weights = self.adapter.forward(self.adapter.embed(ids), positions, self.cache, attentions=True)
-                finally:
-                    self.cache.rollback(mark)
-            out[name] = [w[0].float().mean(dim=(0, 1))[p:length] for w in weights]
+        ids = {name: self.adapter.tokens(text) for name, text in texts.items()}
+        start = self.next_position()
+        if self.config.pseudo_query == "approx":
+            weights = {
+                name: self.adapter.approx_attention(
+                    self.adapter.embed(t), self.adapter.text_positions(start, t.shape[0]), self.cache
+                )
+                for name, t in ids.items()
+            }
+            return {name: [w[0].float().mean(dim=(0, 1))[p:length] for w in ws] for name, ws in weights.items()}
+        sizes = [t.shape[0] for t in ids.values()]
+        embeds = self.adapter.embed(torch.cat(list(ids.values())))
+        positions = torch.cat([self.adapter.text_positions(start, n) for n in sizes])
+        mask = side_by_side_mask(length, sizes, self.adapter.dtype, self.adapter.device)
+        mark = self.cache.mark()
+        try:
+            _, weights = self.adapter.forward(embeds, positions, self.cache, attentions=True, attention_mask=mask)
+        finally:
+            self.cache.rollback(mark)
+        out: dict[str, list[Tensor]] = {}
+        offset = 0
+        for name, n in zip(ids, sizes):
+            out[name] = [w[0, :, offset : offset + n].float().mean(dim=(0, 1))[p:length] for w in weights]
+            offset += n
         return out
 
     # -- asking -------------------------------------------------------------------------------
@@ -400,6 +415,20 @@ class Session:
             units = meta.frame[(meta.kind == KIND_VIDEO)]
             out.append(sorted(set(units.tolist())))
         return out
+
+
+def side_by_side_mask(cached: int, sizes: list[int], dtype: torch.dtype, device) -> Tensor:
+    """Additive attention mask (1, 1, Q, cached + Q) for texts placed side by side after a cache.
+
+    Every text sees the whole cache and, causally, its own tokens — never another text's.
+    """
+    total = sum(sizes)
+    text = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    index = torch.arange(total)
+    allowed = (text[:, None] == text[None, :]) & (index[None, :] <= index[:, None])
+    allowed = torch.cat([torch.ones(total, cached, dtype=torch.bool), allowed], dim=1)
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+    return mask[None, None].to(device)
 
 
 def penalised(logits: Tensor, seen: list[int], penalty: float) -> Tensor:

@@ -75,3 +75,30 @@ def test_infinipot_compresses_to_its_ratio_when_the_cap_is_reached(tiny_llava):
     session.ingest(moving_square_frames(12), [float(i) for i in range(12)])  # 3 chunks of 17 tokens
     assert session.compressions >= 1
     assert max(session.cache.stream_counts()) <= 40
+
+
+@pytest.mark.parametrize("which", ["qwen", "llava"])
+def test_pseudo_queries_side_by_side_equal_separate_forwards(tiny_qwen, tiny_llava, which):
+    """One masked forward of all pseudo-queries gives each exactly its own forward's attention."""
+    adapter = tiny_qwen if which == "qwen" else tiny_llava
+    session = session_for(adapter, "hermes", 10_000)
+    session.ingest(moving_square_frames(8), [float(i) for i in range(8)])
+    texts = {"mixed": "Describe the scene; summarize the story.", "global": "Summarize the video narrative."}
+    together = session._pseudo_query_attention(texts)
+    for name, text in texts.items():
+        alone = session._pseudo_query_attention({name: text})[name]
+        for a, b in zip(together[name], alone):
+            assert torch.allclose(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_side_by_side_mask_shape_and_blocks():
+    from hermes_cli.session import side_by_side_mask
+
+    mask = side_by_side_mask(3, [2, 2], torch.float32, "cpu")[0, 0]
+    allowed = (mask == 0).int().tolist()
+    assert allowed == [
+        [1, 1, 1, 1, 0, 0, 0],
+        [1, 1, 1, 1, 1, 0, 0],
+        [1, 1, 1, 0, 0, 1, 0],
+        [1, 1, 1, 0, 0, 1, 1],
+    ]

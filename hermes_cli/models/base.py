@@ -160,20 +160,23 @@ class ModelAdapter(ABC):
         return to_model_position_ids(positions.to(self.device))
 
     @torch.no_grad()
-    def forward(self, embeds: Tensor, positions: Tensor, cache, *, attentions: bool = False):
+    def forward(self, embeds: Tensor, positions: Tensor, cache, *, attentions: bool = False,
+                attention_mask: Tensor | None = None):
         """Run the language model on ``embeds`` at explicit ``positions``, appending to ``cache``.
 
+        ``attention_mask``: an additive (1, 1, n, cached + n) mask replacing the causal one.
         Returns (last hidden states (1, n, hidden), per-layer attention weights or None).
         """
         if attentions:  # SDPA returns no weights: run this (short) pass with eager attention
             with self.eager_attention():
-                out = self._run(embeds, positions, cache, True)
+                out = self._run(embeds, positions, cache, True, attention_mask)
             return out.last_hidden_state, out.attentions
-        return self._run(embeds, positions, cache, False).last_hidden_state, None
+        return self._run(embeds, positions, cache, False, attention_mask).last_hidden_state, None
 
-    def _run(self, embeds: Tensor, positions: Tensor, cache, attentions: bool):
+    def _run(self, embeds: Tensor, positions: Tensor, cache, attentions: bool, attention_mask: Tensor | None):
         return self.text_model(
             inputs_embeds=embeds.to(self.dtype),
+            attention_mask=attention_mask,
             position_ids=self.position_ids(positions),
             cache=cache,
             use_cache=True,
