@@ -288,18 +288,24 @@ def _probe_axes(recompose, half: int) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------- positions
-def compact_positions(positions: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
-    """Re-index positions densely: ``new = offset + dense_rank(old)``, per axis.
+def compact_positions(
+    positions: torch.Tensor, offset: int | torch.Tensor = 0, step: float | Sequence[float] = 1.0
+) -> torch.Tensor:
+    """Re-index positions densely: ``new = offset + floor(dense_rank(old) × step)``, per axis.
 
     Args:
         positions: int ``(N, A)`` (or ``(N,)``) retained positions, any order.
         offset: int, or int ``(A,)`` per axis — the first free position after the kept prefix.
+        step: float, or one per axis — the axis's native spacing. 1 everywhere gives plain dense
+            ranks. For M-RoPE video the temporal axis advances by ``interval`` (tokens/s × 2/fps)
+            per unit; giving it as the step keeps that spacing, so positions laid out as
+            ``offset + floor(u × interval)`` with nothing evicted come back unchanged. The
+            product is taken in float32 and truncated, as transformers computes it.
     Returns:
         int64 of the same shape. Per axis, equal old values map to equal new values and order
-        is preserved (``a < b`` ⇒ ``new(a) < new(b)``); the distinct values of an axis become
-        ``offset, offset+1, …``. Already-dense positions (offset + arange) come back unchanged.
-        Note for M-RoPE: each axis is ranked on its own, so gaps (e.g. the temporal step of
-        ``second_per_grid_t · tokens_per_second``) collapse to 1.
+        is preserved (``a < b`` ⇒ ``new(a) <= new(b)``, strictly when the step is ≥ 1); the
+        distinct values of an axis become ``offset + floor(k × step)``, k = 0, 1, …. Already
+        compact positions come back unchanged.
     """
     positions = torch.as_tensor(positions)
     if positions.dtype.is_floating_point or positions.dtype == torch.bool:
@@ -312,10 +318,15 @@ def compact_positions(positions: torch.Tensor, offset: int | torch.Tensor = 0) -
     if off.numel() not in (1, p.shape[1]):
         raise ValueError(f"offset has {off.numel()} entries for {p.shape[1]} axes")
     off = off.expand(p.shape[1])
+    steps = torch.as_tensor(step, dtype=torch.float32).reshape(-1)
+    if steps.numel() not in (1, p.shape[1]) or not bool((steps > 0).all()):
+        raise ValueError(f"step must be positive, one value or one per axis; got {step}")
+    steps = steps.expand(p.shape[1])
     out = torch.empty_like(p)
     for a in range(p.shape[1]):
         _, rank = torch.unique(p[:, a], sorted=True, return_inverse=True)
-        out[:, a] = rank + off[a]
+        spaced = rank if float(steps[a]) == 1.0 else (rank.to(torch.float32) * steps[a].to(p.device)).long()
+        out[:, a] = spaced + off[a]
     return out[:, 0] if squeeze else out
 
 

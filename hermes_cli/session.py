@@ -159,19 +159,23 @@ class Session:
     def reindex(self) -> None:
         """Compact positions: the prefix stays, stream tokens get offset + dense rank per axis.
 
-        Cached keys are rotated by the position delta in place (no recomputation).
+        The temporal axis of M-RoPE keeps its native spacing (rank × interval), so a stream
+        with nothing evicted keeps its positions. Cached keys are rotated by the position delta
+        in place (no recomputation); the video clock continues after the compacted positions.
         """
         p = self.cache.prefix_length()
+        steps = [self.clock.interval] + [1.0] * (self.adapter.position_axes - 1)
+        distinct_units = 0
         for layer in range(self.cache.num_layers):
             old = self.cache.meta(layer).positions[p:]
-            new = compact_positions(old, p)
+            new = compact_positions(old, p, steps)
             self.cache.reposition(layer, new, self.adapter.rotary)
+            distinct_units = max(distinct_units, int(torch.unique(new[:, 0]).numel()))
         self.reindex_count += 1
-        held = self.cache.max_positions()
         self.clock = VideoClock(
-            t_origin=int(held[0]) + 1,
+            t_origin=p,
             hw_origin=p,
-            unit_origin=self.units_seen,
+            unit_origin=self.units_seen - distinct_units,
             interval=self.clock.interval,
         )
 

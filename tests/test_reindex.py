@@ -54,33 +54,52 @@ def test_off_stops_at_the_limit_with_a_clear_message(short_model):
         long_stream(short_model, "off", frames=400)
 
 
-def test_eager_without_eviction_keeps_the_one_shot_equivalence(tiny_llava):
-    """With nothing evicted, 1-D compaction is the identity: streamed logits still match."""
+def test_eager_without_eviction_keeps_the_one_shot_equivalence(adapter):
+    """Nothing evicted, positions compacted (1-D: unchanged; M-RoPE: the temporal step collapses):
+    streamed logits equal one uncached forward at the compacted positions."""
     frames = moving_square_frames(8)
-    session = stream(tiny_llava, frames, 4, reindex="eager")
+    session = stream(adapter, frames, 4, reindex="eager")
     session.reindex()
+    assert session.reindex_count == 1
     answer = session.answer("What is happening?", max_new_tokens=4, record_logits=True)
-    prompt = tiny_llava.tokens(tiny_llava.question_text(answer.question, [], session.config.system_prompt))
-    logits, ids = one_shot_logits(tiny_llava, session, frames, 4, prompt, answer.tokens)
+    prompt = adapter.tokens(adapter.question_text(answer.question, [], session.config.system_prompt))
+    logits, ids = one_shot_logits(adapter, session, frames, 4, prompt, answer.tokens)
     first = ids.shape[0] - len(answer.tokens) - 1
     for step, streamed in enumerate(answer.step_logits):
         assert torch.max(torch.abs(streamed - logits[first + step])) <= 1e-4
 
 
 def test_reindex_rotates_keys_like_a_forward_at_the_new_positions(tiny_qwen):
-    """Layer-0 keys after compaction equal a fresh prefill of the same tokens at the new positions."""
+    """Layer-0 keys after moving every stream token equal a fresh prefill at the new positions."""
+    from hermes_cli.rope import compact_positions
+
     session = stream(tiny_qwen, moving_square_frames(8), 4)
-    old = session.cache.meta(0).positions.clone()
-    session.reindex()
-    new = session.cache.meta(0).positions
-    assert not torch.equal(old, new)  # the temporal step (4 per unit at 1 fps) collapses to 1
-    assert int(new[:, 0].max()) < int(old[:, 0].max())
+    p = session.cache.prefix_length()
+    old = session.cache.meta(0).positions[p:].clone()
+    new = compact_positions(old, p)  # step 1: the temporal spacing (4 per unit at 1 fps) collapses
+    assert not torch.equal(old, new)
+    for layer in range(session.cache.num_layers):
+        session.cache.reposition(layer, new, tiny_qwen.rotary)
     fresh = Session(tiny_qwen, config=SessionConfig(chunk_frames=4, budget=None))
     chunks = [tiny_qwen.encode(moving_square_frames(8)[i : i + 4], i // 2) for i in (0, 4)]
-    p = fresh.cache.prefix_length()
-    for chunk, (a, b) in zip(chunks, ((p, p + 24), (p + 24, p + 48))):
+    for chunk, (a, b) in zip(chunks, ((0, 24), (24, 48))):
         fresh.adapter.forward(chunk.embeds, new[a:b], fresh.cache)
     moved = session.cache.stream_layers[0].stored_keys()[0, :, p:]
     expected = fresh.cache.stream_layers[0].stored_keys()[0, :, p:]
     scale = expected.abs().max()
     assert torch.max(torch.abs(moved - expected)) <= 1e-4 * scale
+
+
+def test_compaction_keeps_the_temporal_spacing_and_the_clock_continues(tiny_qwen):
+    """After fifo evicts the oldest units, eager compaction closes the gap in steps of the
+    temporal interval, and the next chunk continues one interval after the last unit."""
+    session = Session(tiny_qwen, make_policy("fifo"), SessionConfig(chunk_frames=4, budget=48, reindex="eager"))
+    session.ingest(moving_square_frames(16), [float(i) for i in range(16)])
+    assert session.reindex_count == session.compressions >= 1
+    p = session.cache.prefix_length()
+    t = torch.unique(session.cache.meta(0).positions[p:, 0])
+    interval = session.clock.interval
+    assert interval == 4.0 and torch.equal(t, p + (torch.arange(len(t)) * interval).long())
+    chunk = tiny_qwen.encode(moving_square_frames(4), session.units_seen)
+    nxt = tiny_qwen.chunk_positions(chunk, session.clock, session.next_position())
+    assert int(nxt[0, 0]) == int(t[-1]) + 4

@@ -385,3 +385,18 @@ def test_report_measured():
     for name, err in sorted(MEASURED.items()):
         print(f"rope max rel err {name:>26}: {err:.2e}")
         assert err <= REL_TOL
+
+
+def test_compact_positions_with_a_step_keeps_native_spacing():
+    """M-RoPE temporal positions offset + floor(u × 4/3) come back unchanged with step 4/3;
+    after evicting units 1 and 2 the survivors close up in the same spacing."""
+    interval = 4 / 3
+    u = torch.arange(6)
+    t = 10 + (u.to(torch.float32) * torch.tensor(interval, dtype=torch.float32)).long()
+    p = torch.stack([t, 10 + u % 2, 10 + u % 3], dim=1)
+    assert torch.equal(compact_positions(p, 10, [interval, 1.0, 1.0]), p)
+    kept = p[[0, 3, 4, 5]]
+    expected_t = 10 + (torch.arange(4).to(torch.float32) * torch.tensor(interval, dtype=torch.float32)).long()
+    assert torch.equal(compact_positions(kept, 10, [interval, 1.0, 1.0])[:, 0], expected_t)
+    with pytest.raises(ValueError, match="step"):
+        compact_positions(p, 10, [0.0, 1.0, 1.0])
