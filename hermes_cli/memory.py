@@ -40,14 +40,16 @@ class TokenMeta:
         return int(self.kind.shape[0])
 
     @classmethod
-    def text(cls, kind: int, first_id: int, positions: Tensor) -> TokenMeta:
+    def new(cls, kind: int, first_id: int, positions: Tensor, frame: Tensor | None = None,
+            patch: Tensor | None = None) -> TokenMeta:
+        """Fresh tokens with consecutive ids from ``first_id``; frame/patch -1 unless given."""
         n = positions.shape[0]
         minus = torch.full((n,), -1, dtype=torch.long, device=positions.device)
         return cls(
             kind=torch.full((n,), kind, dtype=torch.int8, device=positions.device),
             token_id=torch.arange(first_id, first_id + n, device=positions.device),
-            frame=minus,
-            patch=minus.clone(),
+            frame=minus if frame is None else frame.to(positions.device),
+            patch=minus.clone() if patch is None else patch.to(positions.device),
             positions=positions,
         )
 
@@ -280,7 +282,7 @@ class StreamingCache(Cache):
                 layer.keys[0, :, k] = s.key.to(layer.keys.dtype)
                 layer.values[0, :, k] = s.value.to(layer.values.dtype)
                 pos = s.position.to(meta.positions).reshape(1, -1)
-                meta = TokenMeta.cat([meta, TokenMeta.text(KIND_SUMMARY, sid, pos)])
+                meta = TokenMeta.cat([meta, TokenMeta.new(KIND_SUMMARY, sid, pos)])
                 k += 1
             layer.length = k
             layer.meta = meta

@@ -132,10 +132,11 @@ class Session:
         self._forward(self.adapter.embed(ids), positions, KIND_PREFIX)
 
     def _forward(self, embeds: Tensor, positions: Tensor, kind: int, chunk: EncodedChunk | None = None):
-        n = embeds.shape[1]
-        meta = TokenMeta.text(kind, self.cache.new_ids(n), positions)
-        if chunk is not None:
-            meta.frame, meta.patch = chunk.unit.clone(), chunk.patch.clone()
+        first_id = self.cache.new_ids(embeds.shape[1])
+        if chunk is None:
+            meta = TokenMeta.new(kind, first_id, positions)
+        else:
+            meta = TokenMeta.new(kind, first_id, positions, frame=chunk.unit, patch=chunk.patch)
         hidden, _ = self.adapter.forward(embeds, positions, self.cache)
         self.cache.record(meta)
         return hidden
