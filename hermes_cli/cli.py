@@ -36,8 +36,8 @@ class UserError(Exception):
 
 
 from .options import (  # noqa: E402
-    BudgetOpt, ChunkOpt, DebugOpt, DeviceOpt, DtypeOpt, FpsOpt, JsonOpt, MaxNewTokensOpt, ModelOpt, PolicyOpt,
-    PolicyOptsOpt, PseudoQueryOpt, ReindexOpt, SystemOpt,
+    BudgetOpt, ChunkOpt, DebugOpt, DeviceOpt, DtypeOpt, FpsOpt, JsonOpt, MaxNewTokensOpt, MaxPixelsOpt, ModelOpt,
+    PolicyOpt, PolicyOptsOpt, PseudoQueryOpt, ReindexOpt, SystemOpt,
 )
 
 
@@ -63,7 +63,8 @@ def _default_model_name() -> str:
 
 
 def build_session(model, policy, budget, policy_opts, fps, chunk, device, dtype, reindex, *,
-                  max_new_tokens=128, history=True, system_prompt=None, quiet=False, pseudo_query="forward"):
+                  max_new_tokens=128, history=True, system_prompt=None, quiet=False, pseudo_query="forward",
+                  max_pixels=None):
     """Load the model and policy (one-line errors) and open a session."""
     from .model_names import ModelLoadError, check_model_name
 
@@ -87,7 +88,7 @@ def build_session(model, policy, budget, policy_opts, fps, chunk, device, dtype,
     except ValueError as exc:
         raise UserError(str(exc)) from exc
     try:
-        adapter = load_model(model, device=device, dtype=dtype)
+        adapter = load_model(model, device=device, dtype=dtype, max_pixels=max_pixels)
     except ModelLoadError as exc:
         raise UserError(str(exc)) from exc
     if adapter.random_weights and not quiet:
@@ -116,6 +117,7 @@ def watch(
     no_history: Annotated[bool, typer.Option("--no-history", help="Answer each question on its own (no earlier turns).")] = False,
     system: SystemOpt = None,
     pseudo_query: PseudoQueryOpt = "forward",
+    max_pixels: MaxPixelsOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     json_out: JsonOpt = False,
@@ -142,7 +144,7 @@ def watch(
     frames = _open_source(source, fps, realtime=realtime)
     session = build_session(model, policy, budget, policy_opt, fps, chunk, device, dtype, reindex,
                             max_new_tokens=max_new_tokens, history=not no_history, system_prompt=system,
-                            quiet=json_out, pseudo_query=pseudo_query)
+                            quiet=json_out, pseudo_query=pseudo_query, max_pixels=max_pixels)
     if not questions and sys.stdin.isatty():
         from .live import run_interactive
 
@@ -166,6 +168,7 @@ def chat(
     max_new_tokens: MaxNewTokensOpt = 128,
     system: SystemOpt = None,
     pseudo_query: PseudoQueryOpt = "forward",
+    max_pixels: MaxPixelsOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     debug: DebugOpt = False,
@@ -194,7 +197,8 @@ def chat(
     spec = (source or default_camera()) if webcam else source
     frames = _open_source(spec, fps, webcam=webcam)
     session = build_session(model, policy, budget, policy_opt, fps, chunk, device, dtype, reindex,
-                            max_new_tokens=max_new_tokens, system_prompt=system, pseudo_query=pseudo_query)
+                            max_new_tokens=max_new_tokens, system_prompt=system, pseudo_query=pseudo_query,
+                            max_pixels=max_pixels)
     from .live import run_interactive
 
     run_interactive(session, frames)
@@ -260,7 +264,7 @@ def _run_batch(session, frames, questions, json_out: bool) -> None:
             run_stream(session, frames, questions, on_answer=on_answer, on_frame=on_frame if show_progress else None)
     except (SourceError, PositionLimitError) as exc:
         raise UserError(str(exc)) from exc
-    for warning in getattr(getattr(frames, "stats", None), "warnings", []) or []:
+    for warning in [*(getattr(getattr(frames, "stats", None), "warnings", []) or []), *session.warnings]:
         err.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
     if not questions and not json_out:
         s = session.stats()

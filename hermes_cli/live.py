@@ -42,6 +42,7 @@ class Ingestor:
         self.stopping = threading.Event()
         self.finished = threading.Event()
         self.error: str | None = None
+        self._warned = 0
         self.started = time.monotonic()
         self.snapshot: dict = session.stats()
         self.thread = threading.Thread(target=self._run, name="hermes-ingest", daemon=True)
@@ -62,6 +63,7 @@ class Ingestor:
                     return
                 if self.session.ingest([frame.image], [frame.timestamp]):
                     self.snapshot = self.session.stats()
+                    self._say_new_warnings()
             self.session.flush()
             self.snapshot = self.session.stats()
             s = self.snapshot
@@ -72,6 +74,11 @@ class Ingestor:
             self.notify(f"ingestion stopped: {exc} — questions still work on the memory so far")
         finally:
             self.finished.set()
+
+    def _say_new_warnings(self) -> None:
+        while self._warned < len(self.session.warnings):
+            self.notify(f"warning: {self.session.warnings[self._warned]}")
+            self._warned += 1
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop ingesting, release the source, and join the thread."""

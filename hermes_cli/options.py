@@ -37,3 +37,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object per
 MaxNewTokensOpt = Annotated[int, typer.Option("--max-new-tokens", metavar="N", help="Longest answer in tokens.")]
 SystemOpt = Annotated[Optional[str], typer.Option("--system", metavar="TEXT", help="System prompt.")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")]
+MaxPixelsOpt = Annotated[
+    Optional[int],
+    typer.Option("--max-pixels", metavar="PIXELS", help="Qwen-VL: cap each frame's area (fewer tokens per frame), "
+                 "e.g. 200704 (448×448). Default: the model's own setting. LLaVA-OneVision ignores it."),
+]

@@ -120,6 +120,7 @@ class Session:
         self.compressions = 0
         self.last_chunk: ChunkReport | None = None
         self.last_answer: Answer | None = None
+        self.warnings: list[str] = []  # things the user should know, each said once
         self._pending: list[tuple[np.ndarray, float]] = []
         self._tokens_per_unit: int | None = None
         self._prefill_prefix()
@@ -229,6 +230,7 @@ class Session:
             prefill_ms = (time.perf_counter() - t0) * 1e3
             if self._tokens_per_unit is None:
                 self._tokens_per_unit = max(1, chunk.embeds.shape[1] // max(chunk.units, 1))
+                self._check_chunk_fits(chunk.embeds.shape[1])
             self.unit_times.extend(times[:: self.adapter.frames_per_unit][: chunk.units])
             self.units_seen += chunk.units
             self.frames_seen += len(items) if real is None else real
@@ -241,6 +243,15 @@ class Session:
             compress_ms = (time.perf_counter() - t1) * 1e3
             self.last_chunk = ChunkReport(real or len(items), chunk.embeds.shape[1], prefill_ms, compress_ms, compressed, reindexed)
             return self.last_chunk
+
+    def _check_chunk_fits(self, tokens: int) -> None:
+        target = self.policy.target(self.config.budget, self._tokens_per_unit or 1)
+        if target is not None and tokens > target:
+            hint = "lower --chunk or --max-pixels" if self.adapter.position_axes == 3 else "lower --chunk"
+            self.warnings.append(
+                f"one chunk ({tokens} tokens) is larger than the memory ({target} tokens/layer): "
+                f"each chunk evicts the one before — {hint}, or raise --budget"
+            )
 
     # -- compressing --------------------------------------------------------------------------
     def _compress_if_needed(self) -> bool:

@@ -162,3 +162,26 @@ def test_an_abandoned_answer_still_restores_the_memory(tiny_qwen):
     assert session.cache.length == before.length and session.history == []
     assert session.lock.acquire(blocking=False)  # the lock was released
     session.lock.release()
+
+
+def test_max_pixels_caps_tokens_per_frame_for_qwen(tiny_qwen):
+    frames = moving_square_frames(2, size=(240, 320))
+    full = tiny_qwen.encode(frames, 0)
+    tiny_qwen.max_pixels = 56 * 56
+    try:
+        capped = tiny_qwen.encode(frames, 0)
+    finally:
+        tiny_qwen.max_pixels = None
+    assert capped.embeds.shape[1] < full.embeds.shape[1]
+    assert torch.equal(capped.unit, torch.zeros_like(capped.unit))  # one temporal patch either way
+
+
+def test_a_chunk_larger_than_the_memory_is_warned_once(tiny_llava):
+    from policies import make_policy
+
+    session = Session(tiny_llava, make_policy("fifo"), SessionConfig(chunk_frames=4, budget=10))
+    session.ingest(moving_square_frames(12), [float(i) for i in range(12)])
+    assert len(session.warnings) == 1 and "17 tokens" in session.warnings[0] and "--chunk" in session.warnings[0]
+    roomy = Session(tiny_llava, make_policy("fifo"), SessionConfig(chunk_frames=4, budget=100))
+    roomy.ingest(moving_square_frames(4), [float(i) for i in range(4)])
+    assert roomy.warnings == []

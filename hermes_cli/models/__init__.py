@@ -73,10 +73,12 @@ def locally_present(model_id: str) -> bool:
 
 
 def load_model(name: str | None = None, *, device: str | None = None, dtype: str | None = None,
-               num_layers: int | None = None, max_positions: int | None = None) -> ModelAdapter:
+               num_layers: int | None = None, max_positions: int | None = None,
+               max_pixels: int | None = None) -> ModelAdapter:
     """Load ``name`` (hub id, local directory, or a tiny built-in) behind its adapter.
 
-    Raises ModelLoadError with one actionable line when it cannot.
+    ``max_pixels`` caps each frame's area for Qwen-VL (fewer tokens per frame); LLaVA-OneVision
+    always resizes frames to its tower's input. Raises ModelLoadError with one actionable line.
     """
     name = name or default_model()[0]
     check_model_name(name)
@@ -88,11 +90,11 @@ def load_model(name: str | None = None, *, device: str | None = None, dtype: str
         model, processor = build(**extra)
         if dev.type == "cpu":
             torch.set_num_threads(1)  # tiny matrices: more threads only add synchronisation
-        return cls(model.to(dev, dt), processor, name=name, random_weights=True)
-    return _load_pretrained(name, dev, dt)
+        return cls(model.to(dev, dt), processor, name=name, random_weights=True, max_pixels=max_pixels)
+    return _load_pretrained(name, dev, dt, max_pixels)
 
 
-def _load_pretrained(name: str, device: torch.device, dtype: torch.dtype) -> ModelAdapter:
+def _load_pretrained(name: str, device: torch.device, dtype: torch.dtype, max_pixels: int | None) -> ModelAdapter:
     from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
     try:
@@ -110,7 +112,7 @@ def _load_pretrained(name: str, device: torch.device, dtype: torch.dtype) -> Mod
         model = AutoModelForImageTextToText.from_pretrained(name, dtype=dtype).to(device)
     except Exception as exc:
         raise ModelLoadError(f"cannot load weights of {name!r}: {exc}".splitlines()[0]) from exc
-    return adapter_cls(model, processor, name=name)
+    return adapter_cls(model, processor, name=name, max_pixels=max_pixels)
 
 
 __all__ = [

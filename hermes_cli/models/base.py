@@ -61,7 +61,9 @@ class ModelAdapter(ABC):
     frames_per_unit: int = 1
     position_axes: int = 1
 
-    def __init__(self, model, processor, *, name: str, random_weights: bool = False) -> None:
+    def __init__(self, model, processor, *, name: str, random_weights: bool = False,
+                 max_pixels: int | None = None) -> None:
+        self.max_pixels = max_pixels  # per frame, where the family resizes by area (Qwen-VL)
         self.model = model.eval()
         self.processor = processor
         self.tokenizer = processor.tokenizer

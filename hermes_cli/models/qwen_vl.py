@@ -42,7 +42,7 @@ class QwenVLAdapter(ModelAdapter):
         if frames.shape[0] % self.frames_per_unit:
             raise ValueError(f"Qwen-VL chunks need a multiple of {self.frames_per_unit} frames")
         out = self.processor.video_processor(
-            videos=[frames], return_tensors="pt", do_sample_frames=False, cap_pixels_per_frame=True
+            videos=[frames], return_tensors="pt", do_sample_frames=False, cap_pixels_per_frame=True, **self._size()
         )
         pixels = out["pixel_values_videos"].to(self.device)
         grid = out["video_grid_thw"].to(self.device)
@@ -66,7 +66,8 @@ class QwenVLAdapter(ModelAdapter):
         if key not in grids:
             blank = np.zeros((frames_count, *frame_hw, 3), dtype=np.uint8)
             out = self.processor.video_processor(
-                videos=[blank], return_tensors="pt", do_sample_frames=False, cap_pixels_per_frame=True
+                videos=[blank], return_tensors="pt", do_sample_frames=False, cap_pixels_per_frame=True,
+                **self._size(),
             )
             grids[key] = tuple(int(x) for x in out["video_grid_thw"][0])
         t, h, w = grids[key]
@@ -90,6 +91,14 @@ class QwenVLAdapter(ModelAdapter):
             grid_thw=torch.tensor([list(grid_thw)]),
             **extra,
         )
+
+    def _size(self) -> dict:
+        """The processor's size override for ``max_pixels`` (none: the model's own setting)."""
+        if self.max_pixels is None:
+            return {}
+        size = self.processor.video_processor.size
+        shortest = min(size["shortest_edge"], self.max_pixels)
+        return {"size": {"shortest_edge": shortest, "longest_edge": self.max_pixels}}
 
     def video_clock(self, video_start: int, fps: float) -> VideoClock:
         interval = time_interval(self.tokens_per_second, self.frames_per_unit, fps)
