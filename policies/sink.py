@@ -4,7 +4,8 @@ StreamingLLM's attention sinks + sliding window (Xiao et al., "Efficient Streami
 Models with Attention Sinks", ICLR 2024, arXiv 2309.17453). The system-prompt prefix is never
 evicted and already plays the role of StreamingLLM's four sink tokens, so here the sink is the
 *opening of the video*: by default 784 tokens, four LLaVA-OneVision frames (4 × 196) or about
-three Qwen2.5-VL frames at 448 × 448 (256 tokens each). The sink is capped at the budget.
+three Qwen2.5-VL frames at 448 × 448 (256 tokens each). The sink takes at most half the budget,
+so the window of recent tokens never vanishes when the budget is small.
 """
 
 from __future__ import annotations
@@ -32,6 +33,6 @@ class SinkPolicy(Policy):
         return [LayerChoice(self.sink_and_window(layer.n, state.budget, layer.token_id.device)) for layer in state.layers]
 
     def sink_and_window(self, n: int, budget: int, device: torch.device) -> torch.Tensor:
-        """The oldest ``min(n_sink, budget)`` indices, then the newest ones up to ``budget``."""
-        n_sink = min(self.n_sink, budget)
+        """The oldest ``min(n_sink, budget // 2)`` indices, then the newest ones up to ``budget``."""
+        n_sink = min(self.n_sink, budget // 2)
         return torch.cat([torch.arange(n_sink, device=device), newest(n, budget - n_sink, device)])

@@ -303,7 +303,8 @@ def test_fifo_keeps_the_newest():
 def test_sink_keeps_the_start_and_the_newest():
     tokens = layer(list(range(10)), [0] * 10)
     assert make_policy("sink", n_sink=2).select(state([tokens], 6))[0].keep.tolist() == [0, 1, 6, 7, 8, 9]
-    assert make_policy("sink", n_sink=8).select(state([tokens], 6))[0].keep.tolist() == [0, 1, 2, 3, 4, 5]
+    # the sink takes at most half the budget, so the newest tokens are always kept too
+    assert make_policy("sink", n_sink=8).select(state([tokens], 6))[0].keep.tolist() == [0, 1, 2, 7, 8, 9]
 
 
 def test_uniform_grid_spans_first_to_newest_frame():

@@ -203,7 +203,7 @@ def check_after_compression(stream: Stream, choices: list[LayerChoice], before: 
     if policy.name == "fifo":
         assert all(ids(layer) == stream.appended[-spec.budget:] for layer in stream.layers)
     if policy.name == "sink":
-        n_sink = min(policy.n_sink, spec.budget)
+        n_sink = min(policy.n_sink, spec.budget // 2)
         window = stream.appended[len(stream.appended) - (spec.budget - n_sink):]
         assert all(ids(layer) == stream.appended[:n_sink] + window for layer in stream.layers)
     if policy.name == "uniform":
