@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,10 +31,17 @@ def frames(n: int, fail_after: int | None = None):
         yield Frame(images[i], float(i))
 
 
-def drive(session, source, lines: list[str]):
+def drive(session, source, lines: list[str], *, after_first_chunk: bool = False):
+    """Run the assistant on ``lines`` of input (then Ctrl-D); optionally type only once the
+    worker has ingested its first chunk, while it goes on ingesting."""
     written: list[str] = []
     with create_pipe_input() as pipe:
         assistant = Assistant(session, source, input=pipe, output=DummyOutput(), write=written.append)
+        if after_first_chunk:
+            assistant.ingestor.start()
+            deadline = time.monotonic() + 60
+            while session.units_seen == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
         for line in lines:
             pipe.send_text(line + "\r")
         pipe.close()
@@ -43,7 +51,8 @@ def drive(session, source, lines: list[str]):
 
 def test_prompt_answers_in_order_and_shows_readouts(tiny_qwen):
     session = Session(tiny_qwen, make_policy("fifo"), SessionConfig(chunk_frames=2, budget=40, max_new_tokens=3))
-    assistant, text = drive(session, frames(12), ["first question?", "second question?", "/stats", "/memory", "/policy", "/help"])
+    assistant, text = drive(session, frames(40), ["first question?", "second question?", "/stats", "/memory", "/policy", "/help"],
+                            after_first_chunk=True)
     assert [q for q, _ in session.history] == ["first question?", "second question?"]
     assert "cache" in text and "positions" in text  # /stats
     assert "shallow" in text and "deep" in text  # /memory
