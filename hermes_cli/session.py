@@ -187,10 +187,12 @@ class Session:
             self.reindex()
             positions = self.adapter.chunk_positions(chunk, self.clock, self.next_position())
         if int(positions.max()) >= self.position_limit:
-            hint = (
-                "use --reindex lazy or eager" if self.config.reindex == "off"
-                else "the memory holds more tokens than the model has positions: set a smaller --budget"
-            )
+            if self.config.reindex == "off":
+                hint = "use --reindex lazy or eager"
+            elif self.policy.target(self.config.budget) is None:
+                hint = f"the {self.policy.name} policy keeps every token: use one with a budget (e.g. --policy hermes)"
+            else:
+                hint = "the memory holds more tokens than the model has positions: set a smaller --budget"
             raise PositionLimitError(
                 f"the stream reached the model's position limit ({self.position_limit}) — {hint}"
             )

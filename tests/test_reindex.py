@@ -103,3 +103,10 @@ def test_compaction_keeps_the_temporal_spacing_and_the_clock_continues(tiny_qwen
     chunk = tiny_qwen.encode(moving_square_frames(4), session.units_seen)
     nxt = tiny_qwen.chunk_positions(chunk, session.clock, session.next_position())
     assert int(nxt[0, 0]) == int(t[-1]) + 4
+
+
+def test_full_policy_past_the_limit_says_to_use_a_budget(short_model):
+    session = Session(short_model, make_policy("full"), SessionConfig(chunk_frames=4, budget=None))
+    with pytest.raises(PositionLimitError, match="keeps every token: use one with a budget"):
+        for start in range(0, 400, 8):
+            session.ingest(moving_square_frames(8, seed=start), [float(start + i) for i in range(8)])
