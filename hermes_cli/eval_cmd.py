@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .options import DebugOpt, DeviceOpt, DtypeOpt, ModelOpt, PolicyOpt, PolicyOptsOpt
+from .options import DebugOpt, DeviceOpt, DtypeOpt, MaxPixelsOpt, ModelOpt, PolicyOpt, PolicyOptsOpt
 
 TasksOpt = Annotated[
     Optional[list[str]],
@@ -43,6 +43,7 @@ def evaluate(
     judge_url: Annotated[Optional[str], typer.Option("--judge-url", help="OpenAI-compatible endpoint (e.g. http://localhost:8000/v1) to judge open-ended answers.")] = None,
     judge_model: Annotated[str, typer.Option("--judge-model", help="Model name sent to the judge.")] = "gpt-3.5-turbo",
     judge_key_env: Annotated[str, typer.Option("--judge-key-env", help="Environment variable holding the judge's API key.")] = "OPENAI_API_KEY",
+    max_pixels: MaxPixelsOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
@@ -119,7 +120,7 @@ def evaluate(
     settings = EvalSettings(
         model=model_name, policy=policy, budget=budget, policy_opts=list(policy_opt or []), fps=fps, chunk=chunk,
         reindex=reindex or default_reindex(protocol), protocol=protocol, history=history,
-        max_new_tokens=max_new_tokens, npy_fps=npy_fps,
+        max_new_tokens=max_new_tokens, npy_fps=npy_fps, max_pixels=max_pixels,
     )
     factory = _session_factory(settings, device, dtype, quiet=json_out)
     if output is not None:
@@ -201,7 +202,7 @@ def _session_factory(settings, device, dtype, *, quiet: bool):
             session = cli.build_session(
                 settings.model, settings.policy, settings.budget, settings.policy_opts, settings.fps, settings.chunk,
                 device, dtype, settings.reindex, max_new_tokens=settings.max_new_tokens or 128,
-                history=settings.history, quiet=quiet,
+                history=settings.history, quiet=quiet, max_pixels=settings.max_pixels,
             )
             state["adapter"], state["config"] = session.adapter, session.config
             return session

@@ -53,6 +53,7 @@ class EvalSettings:
     history: bool = False
     max_new_tokens: int | None = None  # None: 16 for multiple choice, 128 for open-ended
     npy_fps: float = 1.0  # frame rate of videos stored as .npy frame arrays
+    max_pixels: int | None = None  # Qwen-VL frame area cap (None: the model's own setting)
 
     def fingerprint(self) -> dict:
         d = asdict(self)
