@@ -42,6 +42,7 @@ __all__ = [
 # Protocols whose streams run in real time and have no end.
 LIVE_SCHEMES = frozenset({"rtsp", "rtsps", "rtmp", "rtmps", "rtmpt", "tcp", "udp", "srt", "rtp"})
 
+SEEK_FROM_S = 10.0  # a file window starting this late is reached by seeking, not by decoding up to it
 PLATFORM = sys.platform  # read at call time, so tests can pose as another platform
 CAMERA_FORMATS = {"linux": "v4l2", "darwin": "avfoundation", "win32": "dshow"}
 LIST_DEVICES_COMMAND = "hermes chat --list-devices"
@@ -231,7 +232,7 @@ class FrameSource:
     def _sample(self) -> Iterator[Frame]:
         time_base = self._stream.time_base
         sampler = TimestampSampler(self._fps, self._start_s, tolerance_s=max(1e-6, float(time_base)))
-        first_pts: int | None = None
+        first_pts: int | None = self._seek_to_start()
         last_timestamp = 0.0
         clock_origin: float | None = None
         for av_frame in self._decoded_frames():
@@ -260,6 +261,20 @@ class FrameSource:
         if self._stats.frames_sampled == 0:
             raise SourceError(self._no_frames_message())
         self._check_complete(last_timestamp)
+
+    def _seek_to_start(self) -> int | None:
+        """Jump to the keyframe before ``start_s`` in a file; returns the pts that timestamps
+        count from (the stream's start), or None when not seeking (timestamps then count from
+        the first decoded frame, which is the same instant for a file read from its start)."""
+        stream = self._stream
+        if self._live or self._start_s < SEEK_FROM_S or stream.start_time is None:
+            return None
+        target = stream.start_time + int(self._start_s / stream.time_base)
+        try:
+            self._container.seek(target, stream=stream, backward=True)
+        except av.error.FFmpegError:
+            return None  # not seekable: decode from the start and skip, as for short offsets
+        return stream.start_time
 
     def _decoded_frames(self) -> Iterator[av.VideoFrame]:
         """Frames in presentation order; undecodable packets are skipped with one warning."""
@@ -439,7 +454,8 @@ def open_source(
     network protocols, cameras and http streams of unknown length are live, files are not.
     timeout_s: limit for opening and for each read of a network stream or camera.
     max_frames / start_s / end_s: stop after that many samples / sample only that span
-    (frames before start_s are decoded and skipped, not seeked).
+    (a file window starting at 10 s or later is reached by seeking to the keyframe before it;
+    earlier frames are decoded and skipped).
     buffer_frames: frames a live source holds for a lagging consumer.
 
     Raises ValueError for invalid arguments and SourceError when the source cannot be opened

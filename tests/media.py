@@ -115,6 +115,7 @@ def make_video(
     colors: Sequence[str] = DEFAULT_COLORS,
     faststart: bool = False,
     rotation: int = 0,
+    keyframe_every: int | None = None,
 ) -> list[float]:
     """Write a clip to `path` (container from the suffix) and return its frame times in seconds.
 
@@ -123,6 +124,7 @@ def make_video(
     `audio` adds a quiet AAC sine track. `faststart` puts an mp4's index before the data.
     `rotation` (degrees counter-clockwise) is stored as display-matrix metadata; the pixels
     are drawn upright as usual, so a player that honours it shows them turned.
+    `keyframe_every` sets the keyframe interval in frames (the encoder's default otherwise).
     """
     times = vfr_timestamps(seconds, fps) if vfr else cfr_timestamps(seconds, fps)
     options = {"movflags": "+faststart"} if faststart else {}
@@ -136,6 +138,8 @@ def make_video(
             stream.set_display_rotation(rotation)
         if codec == "libx264":
             stream.codec_context.options = {"preset": "ultrafast"}
+        if keyframe_every is not None:
+            stream.codec_context.gop_size = keyframe_every
         audio_stream = _add_sine_stream(container) if audio else None
         for index, t in enumerate(times):
             frame = av.VideoFrame.from_ndarray(

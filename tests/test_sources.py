@@ -539,3 +539,20 @@ def test_close_joins_the_live_reader_thread():
     assert list(frames) == []
     server.join(5)
     assert not server.is_alive()  # the server saw the client go
+
+
+@pytest.mark.parametrize("suffix", [".mp4", ".mkv"])
+def test_a_late_window_is_reached_by_seeking_with_the_same_frames(tmp_path, monkeypatch, suffix):
+    import hermes_cli.sources as sources
+
+    path = tmp_path / f"long{suffix}"
+    make_video(path, 30, 5, keyframe_every=10)
+    seeked, seek_stats = read_all(str(path), 2, start_s=21.0, end_s=24.0)
+    monkeypatch.setattr(sources, "SEEK_FROM_S", 1e9)  # decode everything and skip instead
+    decoded, decode_stats = read_all(str(path), 2, start_s=21.0, end_s=24.0)
+    assert seek_stats.frames_decoded < decode_stats.frames_decoded / 2
+    # 5 fps sampled at 2 fps: the first frame of each half-second slot from 21 s
+    assert [f.timestamp for f in seeked] == pytest.approx([21.0, 21.6, 22.0, 22.6, 23.0, 23.6, 24.0])
+    assert [f.timestamp for f in seeked] == [f.timestamp for f in decoded]
+    assert [read_index(f.image) for f in seeked] == [read_index(f.image) for f in decoded]
+    assert [read_index(f.image) for f in seeked] == [105, 108, 110, 113, 115, 118, 120]
