@@ -26,7 +26,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 err = Console(stderr=True, highlight=False)
-out = Console(highlight=False)
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)  # whole tables in files and pipes
 
 DEBUG = {"on": False}
 
