@@ -185,3 +185,42 @@ def test_a_chunk_larger_than_the_memory_is_warned_once(tiny_llava):
     roomy = Session(tiny_llava, make_policy("fifo"), SessionConfig(chunk_frames=4, budget=100))
     roomy.ingest(moving_square_frames(4), [float(i) for i in range(4)])
     assert roomy.warnings == []
+
+
+def test_qwen2_vl_counts_temporal_patches_like_its_get_rope_index():
+    """Qwen2-VL shares the adapter; its temporal positions step by 1 per patch, not by time."""
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLProcessor
+
+    from hermes_cli.models.qwen_vl import QwenVLAdapter
+    from hermes_cli.models.tiny import tiny_qwen
+
+    _, processor = tiny_qwen()
+    ids = processor.tokenizer.convert_tokens_to_ids
+    config = Qwen2VLConfig(
+        text_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=512,
+                         rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 3, 3]}),
+        vision_config=dict(depth=1, embed_dim=32, hidden_size=64, num_heads=2, patch_size=14, spatial_merge_size=2,
+                           temporal_patch_size=2),
+        video_token_id=ids("<|video_pad|>"), image_token_id=ids("<|image_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
+    )
+    torch.manual_seed(0)
+    model = Qwen2VLForConditionalGeneration(config).eval()
+    adapter = QwenVLAdapter(model, Qwen2VLProcessor(image_processor=processor.image_processor,
+                                                   tokenizer=processor.tokenizer,
+                                                   video_processor=processor.video_processor,
+                                                   chat_template=processor.chat_template), name="tiny-qwen2-vl")
+    assert adapter.family == "qwen2-vl"
+    frames = moving_square_frames(8)
+    session = stream(adapter, frames, 4)
+    prefix = adapter.tokens(adapter.prefix_text(session.config.system_prompt))
+    chunks = [adapter.encode(frames[i : i + 4], 0) for i in (0, 4)]
+    video = torch.cat([c.input_ids for c in chunks])
+    sequence = torch.cat([prefix, video]).unsqueeze(0)
+    grid = torch.tensor([[4, int(chunks[0].grid_thw[0, 1]), int(chunks[0].grid_thw[0, 2])]])
+    expected, _ = model.model.get_rope_index(sequence, mm_token_type_ids=(sequence == adapter.video_token_id).int() * 2,
+                                             video_grid_thw=grid)
+    assert torch.equal(session.cache.meta(0).positions.T, expected[:, 0])
+    answer = session.answer("What?", max_new_tokens=2, record_logits=True)
+    assert all(torch.isfinite(l).all() for l in answer.step_logits)

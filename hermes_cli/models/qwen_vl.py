@@ -1,4 +1,5 @@
-"""Qwen2.5-VL (and Qwen2-VL, which shares its positions): M-RoPE over (t, h, w).
+"""Qwen2.5-VL (and Qwen2-VL, whose temporal positions count patches instead of seconds):
+M-RoPE over (t, h, w).
 
 A stream is one video: the prefix ends with ``<|vision_start|>``, each chunk adds temporal
 patches (2 frames each) of ``<|video_pad|>`` embeddings, and ``<|vision_end|>`` opens the
@@ -31,6 +32,10 @@ class QwenVLAdapter(ModelAdapter):
         self.merge = int(vp.merge_size)
         self.video_token = processor.video_token
         self.video_token_id = int(processor.video_token_id)
+        # Qwen2.5-VL spaces temporal patches by real time; Qwen2-VL counts them 0, 1, 2, …
+        self.time_aligned = model.config.model_type != "qwen2_vl"
+        if not self.time_aligned:
+            self.family = "qwen2-vl"
         self.tokens_per_second = float(getattr(model.config.vision_config, "tokens_per_second", 2) or 2)
 
     @property
@@ -101,7 +106,7 @@ class QwenVLAdapter(ModelAdapter):
         return {"size": {"shortest_edge": shortest, "longest_edge": self.max_pixels}}
 
     def video_clock(self, video_start: int, fps: float) -> VideoClock:
-        interval = time_interval(self.tokens_per_second, self.frames_per_unit, fps)
+        interval = time_interval(self.tokens_per_second, self.frames_per_unit, fps) if self.time_aligned else 1.0
         return VideoClock(t_origin=video_start, hw_origin=video_start, unit_origin=0, interval=interval)
 
     def chunk_positions(self, chunk: EncodedChunk, clock: VideoClock, next_free: int):
