@@ -55,7 +55,9 @@ def _root(
 
 
 def _default_model_name() -> str:
-    if env := os.environ.get("HERMES_MODEL"):
+    from .model_names import model_from_env
+
+    if env := model_from_env():  # known without importing torch
         return env
     from .models import default_model
 
@@ -255,11 +257,10 @@ def _run_batch(session, frames, questions, json_out: bool) -> None:
         with progress, frames:
             task = progress.add_task("stream", total=duration, info="")
 
-            def on_frame(frame):
-                s = session.stats()
+            def on_frame(frame):  # every frame: plain counters, not a stats() snapshot
                 progress.update(task, completed=frame.timestamp,
-                                info=f"{frame.timestamp:6.1f}s · {s['frames_seen']} frames · "
-                                     f"{max(s['cache']['tokens_per_layer'])} tokens/layer")
+                                info=f"{frame.timestamp:6.1f}s · {session.frames_seen} frames · "
+                                     f"{session.cache.length} tokens/layer")
 
             run_stream(session, frames, questions, on_answer=on_answer, on_frame=on_frame if show_progress else None)
     except (SourceError, PositionLimitError) as exc:

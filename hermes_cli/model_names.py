@@ -16,6 +16,11 @@ class ModelLoadError(Exception):
     """A model could not be loaded; the message is one line that names the way out."""
 
 
+def model_from_env() -> str | None:
+    """The model named by ``HERMES_MODEL``, if set."""
+    return os.environ.get("HERMES_MODEL") or None
+
+
 def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
 

@@ -33,6 +33,7 @@ __all__ = [
     "RotaryDelta",
     "rotate_half",
     "compact_positions",
+    "scaled_positions",
     "next_position_after",
     "text_positions",
     "to_model_position_ids",
@@ -325,9 +326,15 @@ def compact_positions(
     out = torch.empty_like(p)
     for a in range(p.shape[1]):
         _, rank = torch.unique(p[:, a], sorted=True, return_inverse=True)
-        spaced = rank if float(steps[a]) == 1.0 else (rank.to(torch.float32) * steps[a].to(p.device)).long()
+        spaced = rank if float(steps[a]) == 1.0 else scaled_positions(rank, float(steps[a]))
         out[:, a] = spaced + off[a]
     return out[:, 0] if squeeze else out
+
+
+def scaled_positions(index: torch.Tensor, step: float) -> torch.Tensor:
+    """floor(index × step) exactly as transformers computes temporal positions: a float32
+    product, truncated (Qwen-VL's ``(arange(t) * time_interval).long()``)."""
+    return (index.to(torch.float32) * torch.tensor(step, dtype=torch.float32, device=index.device)).long()
 
 
 def next_position_after(positions: torch.Tensor, floor: int = 0) -> int:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from ..model_names import TINY_NAMES, WAY_OUT, ModelLoadError, check_model_name, in_hub_cache
+from ..model_names import TINY_NAMES, WAY_OUT, ModelLoadError, check_model_name, in_hub_cache, model_from_env
 from .base import EncodedChunk, ModelAdapter, VideoClock
 from .llava_onevision import LlavaOneVisionAdapter
 from .qwen_vl import QwenVLAdapter
@@ -38,7 +37,7 @@ FAMILIES = (
 
 def default_model() -> tuple[str, str]:
     """(model id, why): ``HERMES_MODEL`` if set, else a real model that fits this machine."""
-    if env := os.environ.get("HERMES_MODEL"):
+    if env := model_from_env():
         return env, "from HERMES_MODEL"
     if torch.cuda.is_available():
         free, _ = torch.cuda.mem_get_info()

@@ -225,8 +225,3 @@ class ModelAdapter(ABC):
 def time_interval(tokens_per_second: float, temporal_patch: int, fps: float) -> float:
     """Temporal position step per unit for Qwen-VL M-RoPE: tokens/s × seconds per temporal patch."""
     return tokens_per_second * (temporal_patch / fps)
-
-
-def floor_positions(units: Tensor, interval: float) -> Tensor:
-    """floor(u × interval) exactly as transformers computes it: a float32 product, truncated."""
-    return (units.to(torch.float32) * torch.tensor(interval, dtype=torch.float32)).long()

@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .base import EncodedChunk, ModelAdapter, VideoClock, floor_positions, time_interval
+from ..rope import scaled_positions
+from .base import EncodedChunk, ModelAdapter, VideoClock, time_interval
 from .random_arch import synthetic_embeddings
 
 
@@ -110,5 +111,5 @@ class QwenVLAdapter(ModelAdapter):
         return VideoClock(t_origin=video_start, hw_origin=video_start, unit_origin=0, interval=interval)
 
     def chunk_positions(self, chunk: EncodedChunk, clock: VideoClock, next_free: int):
-        t = clock.t_origin + floor_positions(chunk.unit - clock.unit_origin, clock.interval)
+        t = clock.t_origin + scaled_positions(chunk.unit - clock.unit_origin, clock.interval)
         return torch.stack([t, clock.hw_origin + chunk.row, clock.hw_origin + chunk.col], dim=1)
