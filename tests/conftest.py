@@ -18,14 +18,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 @pytest.fixture(scope="session")
 def tiny_qwen():
-    from hermes_cli.models import load_model
+    from hermes_cli.models.loading import load_model
 
     return load_model("tiny", device="cpu", dtype="fp32")
 
 
 @pytest.fixture(scope="session")
 def tiny_llava():
-    from hermes_cli.models import load_model
+    from hermes_cli.models.loading import load_model
 
     return load_model("tiny-llava-onevision", device="cpu", dtype="fp32")
 

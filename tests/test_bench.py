@@ -9,10 +9,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from hermes_cli.bench import (
+from hermes_cli.bench.runner import (
     RECORD_FIELDS, BenchAdapter, parse_steps, run_bench, summarise, synthetic_frames, ttft_versus,
 )
-from hermes_cli.bench_cmd import bench
+from hermes_cli.cli.bench import bench
 
 runner = CliRunner()
 
@@ -70,7 +70,7 @@ def test_cli_json_records_hermes_bounded_full_grows(app):
 def test_plot_one_line_per_policy(app, tmp_path):
     """Must-show 3: the PNG is written and has one line per policy in each panel."""
     pytest.importorskip("matplotlib")
-    from hermes_cli.bench import plot_figure
+    from hermes_cli.bench.runner import plot_figure
 
     path = tmp_path / "bench.png"
     result = runner.invoke(app, [
@@ -82,7 +82,7 @@ def test_plot_one_line_per_policy(app, tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "fifo" in result.stdout and "TTFT" in result.stdout  # the table
     # the figure the file was drawn from
-    from hermes_cli.bench import BenchRecord
+    from hermes_cli.bench.runner import BenchRecord
 
     records = [BenchRecord(p, f, 1.0 + f, 1.0, 100 + f, 10 * f, f, 1.0, 0.0, 0.0)
                for p in ("hermes", "fifo", "full") for f in (4, 8)]
@@ -139,7 +139,7 @@ def test_user_errors(app):
         (["--arch", "gpt-9", "--random-weights"], "unknown architecture"),
         (["--video", "/nonexistent/file.mp4"], "file.mp4"),
     ]
-    from hermes_cli.cli import UserError
+    from hermes_cli.cli.main import UserError
 
     for args, needle in cases:
         result = runner.invoke(app, ["bench", "--model", "tiny", *args])
@@ -148,7 +148,7 @@ def test_user_errors(app):
 
 
 def test_shipped_architectures_are_full_size():
-    from hermes_cli.models.random_arch import ARCHS, arch_config, parameter_estimate
+    from hermes_cli.models.archs import ARCHS, arch_config, parameter_estimate
 
     expected_text_layers = {"llava-onevision-0.5b": 24, "llava-onevision-7b": 28, "qwen2.5-vl-3b": 36,
                             "qwen2.5-vl-7b": 28}

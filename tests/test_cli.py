@@ -10,7 +10,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from hermes_cli.cli import app
+from hermes_cli.cli.main import app
 from tests.media import make_video
 
 runner = CliRunner()
@@ -19,7 +19,7 @@ REQUIRED = {"question", "answer", "stream_time_s", "frames_seen", "ttft_ms", "tp
 
 def hermes(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "hermes_cli.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "hermes_cli", *args], capture_output=True, text=True,
                           timeout=timeout, env=env)
 
 
@@ -143,7 +143,7 @@ def test_every_policy_keeps_a_two_minute_stream_under_budget(two_minutes, policy
 
 
 def test_model_names_are_checked_before_loading(tmp_path, monkeypatch):
-    from hermes_cli.model_names import ModelLoadError, check_model_name
+    from hermes_cli.models.registry import ModelLoadError, check_model_name
 
     check_model_name("tiny")
     check_model_name(str(tmp_path))  # an existing directory
@@ -157,7 +157,7 @@ def test_model_names_are_checked_before_loading(tmp_path, monkeypatch):
 
 
 def test_an_unexpected_error_is_one_line_unless_debug(monkeypatch, capsys, video):
-    import hermes_cli.cli as cli
+    import hermes_cli.cli.main as cli
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom [in brackets]")

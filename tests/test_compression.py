@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hermes_cli.memory import KIND_SUMMARY
-from hermes_cli.session import Session, SessionConfig
+from hermes_cli.engine.cache import KIND_SUMMARY
+from hermes_cli.engine.session import Session, SessionConfig
 from policies import POLICIES, make_policy
 from tests.conftest import moving_square_frames
 
@@ -92,7 +92,7 @@ def test_pseudo_queries_side_by_side_equal_separate_forwards(tiny_qwen, tiny_lla
 
 
 def test_side_by_side_mask_shape_and_blocks():
-    from hermes_cli.session import side_by_side_mask
+    from hermes_cli.engine.session import side_by_side_mask
 
     mask = side_by_side_mask(3, [2, 2], torch.float32, "cpu")[0, 0]
     allowed = (mask == 0).int().tolist()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from hermes_cli.cli import app
+from hermes_cli.cli.main import app
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
 COMMANDS = ["watch", "chat", "bench", "eval", "models", "policies"]

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from hermes_cli.memory import KIND_VIDEO
-from hermes_cli.session import Session, SessionConfig
+from hermes_cli.engine.cache import KIND_VIDEO
+from hermes_cli.engine.session import Session, SessionConfig
 from tests.conftest import moving_square_frames
 
 FRAMES = 8

@@ -16,8 +16,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from hermes_cli.cli import UserError
-from hermes_cli.eval_cmd import evaluate
+from hermes_cli.cli.main import UserError
+from hermes_cli.cli.eval import evaluate
 from hermes_cli.evaluation.annotations import load_annotations
 from hermes_cli.evaluation.runner import EvalSettings, VideoFinder, run_eval, select_questions
 from hermes_cli.sources import open_source
@@ -80,7 +80,7 @@ def sampled_times(path: Path, fps: float) -> list[float]:
 def test_streaming_asks_after_exactly_the_frames_up_to_end_time(bench, tiny_qwen):
     from policies import make_policy
 
-    from hermes_cli.session import Session, SessionConfig
+    from hermes_cli.engine.session import Session, SessionConfig
 
     ann_path, videos = bench
     aset = load_annotations(ann_path)
@@ -120,7 +120,7 @@ def test_streaming_asks_after_exactly_the_frames_up_to_end_time(bench, tiny_qwen
 def test_offline_asks_after_the_whole_video(bench, tiny_qwen):
     from policies import make_policy
 
-    from hermes_cli.session import Session, SessionConfig
+    from hermes_cli.engine.session import Session, SessionConfig
 
     ann_path, videos = bench
     aset = load_annotations(ann_path)
@@ -135,10 +135,10 @@ def test_offline_asks_after_the_whole_video(bench, tiny_qwen):
 @pytest.fixture(autouse=True)
 def one_tiny_model(monkeypatch, tiny_qwen):
     """`--model tiny` reuses the session's tiny model instead of building one per command run."""
-    import hermes_cli.models
+    import hermes_cli.models.loading
 
-    real = hermes_cli.models.load_model
-    monkeypatch.setattr(hermes_cli.models, "load_model",
+    real = hermes_cli.models.loading.load_model
+    monkeypatch.setattr(hermes_cli.models.loading, "load_model",
                         lambda name=None, **kw: tiny_qwen if name == "tiny" else real(name, **kw))
 
 

@@ -11,8 +11,8 @@ import numpy as np
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
-from hermes_cli.live import Assistant, memory_timeline, toolbar_text
-from hermes_cli.session import Session, SessionConfig
+from hermes_cli.app.live import Assistant, memory_timeline, toolbar_text
+from hermes_cli.engine.session import Session, SessionConfig
 from policies import make_policy
 from tests.conftest import moving_square_frames
 
@@ -97,7 +97,7 @@ def test_memory_timeline_marks_what_is_held(tiny_qwen):
 
 
 def test_webcam_without_camera_is_one_line():
-    result = subprocess.run([sys.executable, "-m", "hermes_cli.cli", "chat", "--webcam", "/dev/video99", "--model", "tiny"],
+    result = subprocess.run([sys.executable, "-m", "hermes_cli", "chat", "--webcam", "/dev/video99", "--model", "tiny"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
@@ -110,7 +110,7 @@ def test_toolbar_shows_the_lag_of_a_live_source(tiny_llava):
 
     session = Session(tiny_llava, config=SessionConfig(chunk_frames=2, budget=None))
     session.ingest(moving_square_frames(2), [0.0, 1.0])
-    from hermes_cli.live import Ingestor
+    from hermes_cli.app.live import Ingestor
 
     ingestor = Ingestor(session, LiveFrames(), lambda message: None)
     ingestor.snapshot = session.stats()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hermes_cli.models import load_model
-from hermes_cli.session import PositionLimitError, Session, SessionConfig
+from hermes_cli.models.loading import load_model
+from hermes_cli.engine.session import PositionLimitError, Session, SessionConfig
 from policies import make_policy
 from tests.conftest import moving_square_frames
 from tests.test_engine import one_shot_logits, stream
@@ -71,7 +71,7 @@ def test_eager_without_eviction_keeps_the_one_shot_equivalence(adapter):
 
 def test_reindex_rotates_keys_like_a_forward_at_the_new_positions(tiny_qwen):
     """Layer-0 keys after moving every stream token equal a fresh prefill at the new positions."""
-    from hermes_cli.rope import compact_positions
+    from hermes_cli.positions.rope import compact_positions
 
     session = stream(tiny_qwen, moving_square_frames(8), 4)
     p = session.cache.prefix_length()

@@ -1,4 +1,4 @@
-"""Tests for hermes_cli.rope: rotary-delta correction of post-RoPE cached keys and compaction.
+"""Tests for hermes_cli.positions.rope: rotary-delta correction of post-RoPE cached keys and compaction.
 
 The exactness tests compare against the real transformers text models (tiny, random weights,
 seeded): the same input embeddings are run at positions P_old and at P_new, each into a fresh
@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:  # until the project is installed / configures pyt
     sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from hermes_cli.rope import (  # noqa: E402
+from hermes_cli.positions.rope import (  # noqa: E402
     RotaryDelta,
     compact_positions,
     from_model_position_ids,

@@ -33,7 +33,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 
-from ..streaming import parse_time
+from ..app.streaming import parse_time
 from .answers import LETTERS, normalize, strip_marker
 
 CHOICE_KEYS = ("choices", "options", "candidates")

@@ -327,9 +327,9 @@ def run_eval(
     Returns all records of the selected questions (earlier and new) and a report of this run.
     ``session_factory`` gives a fresh session per stream; it is not called when nothing is left.
     """
-    from ..session import PositionLimitError
+    from ..engine.session import PositionLimitError
     from ..sources import SourceError
-    from ..streaming import TimedQuestion, run_stream
+    from ..app.streaming import TimedQuestion, run_stream
 
     if settings.protocol not in PROTOCOLS:
         raise EvalError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {settings.protocol!r}")

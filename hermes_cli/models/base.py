@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from .chat import conversation, split_prompt
-from ..rope import RotaryDelta, rotate_half, text_positions, to_model_position_ids
+from ..positions.rope import RotaryDelta, rotate_half, text_positions, to_model_position_ids
 
 
 @dataclass

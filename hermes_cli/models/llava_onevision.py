@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from .base import EncodedChunk, ModelAdapter, VideoClock
-from .random_arch import synthetic_embeddings
+from .synthetic import synthetic_embeddings
 
 
 class LlavaOneVisionAdapter(ModelAdapter):

@@ -17,9 +17,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..rope import scaled_positions
+from ..positions.rope import scaled_positions
 from .base import EncodedChunk, ModelAdapter, VideoClock, time_interval
-from .random_arch import synthetic_embeddings
+from .synthetic import synthetic_embeddings
 
 
 class QwenVLAdapter(ModelAdapter):

@@ -89,10 +89,10 @@ def bench(
       hermes bench --arch llava-onevision-0.5b --random-weights --synthetic-vision
       --frames 8,16,32,48 --chunk 4 --budget 1024 --plot bench.png
     """
-    from .cli import DEBUG, UserError, err, out
+    from .main import DEBUG, UserError, err, out
 
     DEBUG["on"] = debug
-    from .bench import parse_policies, parse_steps
+    from ..bench.runner import parse_policies, parse_steps
 
     try:
         steps = parse_steps(frames)
@@ -115,7 +115,7 @@ def bench(
     if video and synthetic_vision:
         raise UserError("--synthetic-vision does not look at frames: drop --video, or drop --synthetic-vision")
     if plot:
-        from .bench import matplotlib_available
+        from ..bench.runner import matplotlib_available
 
         if not matplotlib_available():
             raise UserError("--plot needs matplotlib: pip install 'hermes-video[plot]'")
@@ -130,7 +130,7 @@ def bench(
     records = _run(adapter, names, steps, budget, chunk, fps, repeats, warmup, max_new_tokens, question,
                    frame_source, synthetic_vision, json_out=json_out, console=err, UserError=UserError)
 
-    from .bench import summarise, ttft_versus
+    from ..bench.runner import summarise, ttft_versus
 
     if not json_out:  # (with --json each record was printed as soon as it was measured)
         out.print(_table(records, adapter))
@@ -146,7 +146,7 @@ def bench(
             if ratio is not None:
                 summary_console.print(f"TTFT {bounded}/fifo at the longest stream: {ratio:.2f}")
     if plot:
-        from .bench import plot_records
+        from ..bench.runner import plot_records
 
         title = f"{adapter.name} · budget {budget} · chunk {chunk}" + (" · synthetic vision" if synthetic_vision else "")
         try:
@@ -167,11 +167,11 @@ def _parse_size(text: str) -> tuple[int, int]:
 
 
 def _load(model, arch, device, dtype, UserError):
-    from .models import ModelLoadError, load_model
+    from ..models.loading import ModelLoadError, load_model
 
     try:
         if arch:
-            from .models.random_arch import load_random_arch
+            from ..models.archs import load_random_arch
 
             return load_random_arch(arch, device=device, dtype=dtype)
         return load_model(model, device=device, dtype=dtype)
@@ -180,11 +180,11 @@ def _load(model, arch, device, dtype, UserError):
 
 
 def _frame_source(video, fps, frame_size, UserError):
-    from .bench import synthetic_frames, video_frames
+    from ..bench.runner import synthetic_frames, video_frames
 
     if not video:
         return lambda: synthetic_frames(frame_size, fps)
-    from .sources import SourceError, open_source
+    from ..sources import SourceError, open_source
 
     try:  # open once now so a bad file is a one-line error before any work
         open_source(video, fps).close()
@@ -213,9 +213,9 @@ def _run(adapter, names, steps, budget, chunk, fps, repeats, warmup, max_new_tok
          synthetic_vision, *, json_out, console, UserError):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .bench import run_bench
-    from .session import PositionLimitError
-    from .sources import SourceError
+    from ..bench.runner import run_bench
+    from ..engine.session import PositionLimitError
+    from ..sources import SourceError
 
     total = len(names) * steps[-1]
     progress = Progress(

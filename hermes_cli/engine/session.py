@@ -21,9 +21,9 @@ from torch import Tensor
 from policies import Policy, StreamState
 from policies.full import FullPolicy
 
-from .memory import KIND_PREFIX, KIND_TEXT, KIND_VIDEO, StreamingCache, TokenMeta
-from .models.base import EncodedChunk, ModelAdapter, VideoClock
-from .rope import compact_positions, next_position_after
+from .cache import KIND_PREFIX, KIND_TEXT, KIND_VIDEO, StreamingCache, TokenMeta
+from ..models.base import EncodedChunk, ModelAdapter, VideoClock
+from ..positions.rope import compact_positions, next_position_after
 
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
 NO_FRAMES_ANSWER = "I have not seen any frames yet — ask again once the stream has started."

@@ -73,10 +73,10 @@ def evaluate(
       hermes eval videomme.json -d ~/data/videomme --offline \\
           --tasks "Counting Problem" --limit 50 -o vm.jsonl
     """
-    from . import cli
-    from .cli import UserError
-    from .evaluation.annotations import AnnotationError, load_annotations, problems_summary
-    from .evaluation.runner import (
+    from . import main as cli
+    from .main import UserError
+    from ..evaluation.annotations import AnnotationError, load_annotations, problems_summary
+    from ..evaluation.runner import (
         EvalError, EvalSettings, VideoFinder, default_protocol, default_reindex, plan_jobs, run_eval,
         select_questions, summarize,
     )
@@ -114,7 +114,7 @@ def evaluate(
 
     model_name = model
     if model_name is None:
-        from .models import default_model
+        from ..models.loading import default_model
 
         model_name = default_model()[0]
     settings = EvalSettings(
@@ -140,7 +140,7 @@ def evaluate(
             def on_progress(n: int, info: str) -> None:
                 progress.update(task, advance=n, info=info)
 
-            from .evaluation.runner import read_results
+            from ..evaluation.runner import read_results
 
             previous = read_results(output)
             done = {r["qid"] for r in previous} & {q.qid for q in questions}
@@ -148,8 +148,8 @@ def evaluate(
             records, report = run_eval(aset, questions, settings, factory, finder=finder, output=output,
                                        records=previous, on_progress=on_progress)
             if judge_url:
-                from .evaluation.judge import Judge
-                from .evaluation.runner import judge_records
+                from ..evaluation.judge import Judge
+                from ..evaluation.runner import judge_records
 
                 judge = Judge(judge_url, judge_model, os.environ.get(judge_key_env))
                 judged = judge_records(records, judge, output, on_progress=None)
@@ -193,7 +193,7 @@ def evaluate(
 
 def _session_factory(settings, device, dtype, *, quiet: bool):
     """A fresh session per stream; the model is loaded once, on the first call."""
-    from . import cli
+    from . import main as cli
 
     state: dict = {}
 
@@ -210,7 +210,7 @@ def _session_factory(settings, device, dtype, *, quiet: bool):
 
         from policies import make_policy, parse_option
 
-        from .session import Session
+        from ..engine.session import Session
 
         options = dict(parse_option(settings.policy, o) for o in settings.policy_opts)
         return Session(state["adapter"], make_policy(settings.policy, **options), replace(state["config"]))

@@ -17,7 +17,7 @@ from importlib import resources
 
 import torch
 
-from ..model_names import ModelLoadError
+from .registry import ModelLoadError
 from .tiny import LLAVA_SPECIALS, QWEN_SPECIALS, SEED, _template, make_tokenizer
 
 # name -> config file (and accepted aliases)
@@ -64,7 +64,7 @@ def resolve_arch(name: str) -> str:
 
 def arch_config(name: str) -> dict:
     """The shipped configuration (a dict as in the model's config.json) of an architecture."""
-    text = resources.files("hermes_cli.configs").joinpath(ARCHS[resolve_arch(name)]).read_text()
+    text = resources.files("hermes_cli.models.configs").joinpath(ARCHS[resolve_arch(name)]).read_text()
     return json.loads(text)
 
 
@@ -212,21 +212,9 @@ def _qwen2_5_vl(cfg: dict):
     return config, processor, Qwen2_5_VLForConditionalGeneration
 
 
-@torch.no_grad()
-def synthetic_embeddings(adapter, n: int, seed: int) -> torch.Tensor:
-    """(1, n, hidden) random embeddings at the scale of the model's token embeddings (seeded)."""
-    table = adapter.text_model.embed_tokens.weight
-    scale = adapter.__dict__.get("_synthetic_scale")
-    if scale is None:
-        scale = adapter.__dict__["_synthetic_scale"] = float(table[: min(4096, table.shape[0])].float().std())
-    gen = torch.Generator(device="cpu").manual_seed(int(seed))
-    embeds = torch.randn((1, n, table.shape[1]), generator=gen) * scale
-    return embeds.to(device=table.device, dtype=table.dtype)
-
-
 def load_random_arch(name: str, *, device: str | None = None, dtype: str | None = None):
     """A full-size random-weight model behind its adapter (``random_weights=True``)."""
-    from . import pick_device, pick_dtype
+    from .loading import pick_device, pick_dtype
     from .llava_onevision import LlavaOneVisionAdapter
     from .qwen_vl import QwenVLAdapter
 

@@ -20,7 +20,7 @@ from prompt_toolkit.history import FileHistory, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings
 from prompt_toolkit.patch_stdout import patch_stdout
 
-from .session import Session
+from ..engine.session import Session
 
 HELP = """\
 Ask anything about the stream; answers come from the memory as it is now.

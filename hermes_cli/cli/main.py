@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from . import __version__
+from .. import __version__
 
 app = typer.Typer(
     name="hermes",
@@ -55,11 +55,11 @@ def _root(
 
 
 def _default_model_name() -> str:
-    from .model_names import model_from_env
+    from ..models.registry import model_from_env
 
     if env := model_from_env():  # known without importing torch
         return env
-    from .models import default_model
+    from ..models.loading import default_model
 
     return default_model()[0]
 
@@ -68,7 +68,7 @@ def build_session(model, policy, budget, policy_opts, fps, chunk, device, dtype,
                   max_new_tokens=128, history=True, system_prompt=None, quiet=False, pseudo_query="forward",
                   max_pixels=None):
     """Load the model and policy (one-line errors) and open a session."""
-    from .model_names import ModelLoadError, check_model_name
+    from ..models.registry import ModelLoadError, check_model_name
 
     try:  # before torch is imported: a name that cannot load fails in well under a second
         check_model_name(model or _default_model_name())
@@ -77,8 +77,8 @@ def build_session(model, policy, budget, policy_opts, fps, chunk, device, dtype,
 
     from policies import make_policy, parse_option
 
-    from .models import load_model
-    from .session import DEFAULT_SYSTEM_PROMPT, Session, SessionConfig
+    from ..models.loading import load_model
+    from ..engine.session import DEFAULT_SYSTEM_PROMPT, Session, SessionConfig
 
     try:
         options = dict(parse_option(policy, o) for o in policy_opts or [])
@@ -137,7 +137,7 @@ def watch(
       hermes watch match.mp4 --policy infinipot --budget 4000 --ask-at 1:05="Who scored?"
     """
     DEBUG["on"] = debug
-    from .streaming import TimedQuestion
+    from ..app.streaming import TimedQuestion
 
     try:
         questions = [TimedQuestion(q) for q in ask or []] + [TimedQuestion.parse(q) for q in ask_at or []]
@@ -148,7 +148,7 @@ def watch(
                             max_new_tokens=max_new_tokens, history=not no_history, system_prompt=system,
                             quiet=json_out, pseudo_query=pseudo_query, max_pixels=max_pixels)
     if not questions and sys.stdin.isatty():
-        from .live import run_interactive
+        from ..app.live import run_interactive
 
         run_interactive(session, frames)
         return
@@ -184,8 +184,8 @@ def chat(
       hermes chat rtsp://camera.local/stream
     """
     DEBUG["on"] = debug
-    from .sources import default_camera, devices_hint
-    from .sources import list_devices as find_cameras
+    from ..sources import default_camera, devices_hint
+    from ..sources import list_devices as find_cameras
 
     if list_devices:
         cameras = find_cameras()
@@ -201,13 +201,13 @@ def chat(
     session = build_session(model, policy, budget, policy_opt, fps, chunk, device, dtype, reindex,
                             max_new_tokens=max_new_tokens, system_prompt=system, pseudo_query=pseudo_query,
                             max_pixels=max_pixels)
-    from .live import run_interactive
+    from ..app.live import run_interactive
 
     run_interactive(session, frames)
 
 
 def _open_source(spec: str, fps: float, **kwargs):
-    from .sources import SourceError, open_source
+    from ..sources import SourceError, open_source
 
     try:
         return open_source(spec, fps, **kwargs)
@@ -233,9 +233,9 @@ def answer_record(result) -> dict:
 def _run_batch(session, frames, questions, json_out: bool) -> None:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .session import PositionLimitError
-    from .sources import SourceError
-    from .streaming import run_stream
+    from ..engine.session import PositionLimitError
+    from ..sources import SourceError
+    from ..app.streaming import run_stream
 
     def on_answer(result):
         if json_out:
@@ -277,8 +277,8 @@ def _run_batch(session, frames, questions, json_out: bool) -> None:
 @app.command()
 def models(json_out: JsonOpt = False) -> None:
     """List the supported model families, the default on this machine, and local weights."""
-    from .models import FAMILIES, default_model, locally_present
-    from .model_names import TINY_NAMES
+    from ..models.loading import FAMILIES, default_model, locally_present
+    from ..models.registry import TINY_NAMES
 
     name, why = default_model()
     rows = [
@@ -329,8 +329,8 @@ def policies(json_out: JsonOpt = False) -> None:
     out.print("set parameters with --policy-opt KEY=VALUE")
 
 
-from .bench_cmd import bench  # noqa: E402  (light: heavy imports happen inside)
-from .eval_cmd import evaluate  # noqa: E402
+from .bench import bench  # noqa: E402  (light: heavy imports happen inside)
+from .eval import evaluate  # noqa: E402
 
 app.command("bench")(bench)
 app.command("eval")(evaluate)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .session import Answer, Session
+    from ..engine.session import Answer, Session
 
 _CLOCK = re.compile(r"^(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)$")
 _SECONDS = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?$")

@@ -117,7 +117,7 @@ def synthetic_frames(size: tuple[int, int] = (360, 640), fps: float = 1.0, seed:
 
 def video_frames(path: str, fps: float) -> Iterator[tuple[np.ndarray, float]]:
     """(frame, timestamp) from a video file sampled at ``fps`` (SourceError / ValueError if it cannot)."""
-    from .sources import open_source
+    from ..sources import open_source
 
     source = open_source(path, fps)
     with source:
@@ -219,7 +219,7 @@ def run_policy(adapter, policy_name: str, steps: list[int], *, budget: int | Non
     """One continuing stream under ``policy_name``, paused at each step to answer; a record per step."""
     from policies import make_policy
 
-    from .session import Session, SessionConfig
+    from ..engine.session import Session, SessionConfig
 
     device = adapter.device
     config = SessionConfig(budget=budget, chunk_frames=chunk, fps=fps, max_new_tokens=max_new_tokens, history=False)

@@ -1,0 +1,1 @@
+"""The streaming engine: the cache, positions, compression and decoding behind a ``Session``."""
