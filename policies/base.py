@@ -112,6 +112,10 @@ class Policy(ABC):
         """Whether a layer holding ``n_tokens`` stream tokens must be compressed now."""
         return budget is not None and n_tokens > budget
 
+    def layer_groups(self, num_layers: int) -> dict[str, list[int]]:
+        """Layers that keep alike, by group name, for readouts. Default: one group of all layers."""
+        return {"all": list(range(num_layers))}
+
     @abstractmethod
     def select(self, state: StreamState) -> list[LayerChoice]:
         """Choose what each layer keeps.

@@ -83,10 +83,19 @@ class HermesPolicy(Policy):
         texts = pseudo_query_texts(history)
         return {name: texts[name] for name in ATTENTION_BY_ROLE.values()}
 
+    def roles(self, num_layers: int) -> list[LayerRole]:
+        return layer_roles(num_layers, self.shallow_fraction, self.deep_fraction)
+
+    def layer_groups(self, num_layers: int) -> dict[str, list[int]]:
+        groups: dict[str, list[int]] = {}
+        for index, role in enumerate(self.roles(num_layers)):
+            groups.setdefault(role.kind, []).append(index)
+        return groups
+
     def select(self, state: StreamState) -> list[LayerChoice]:
         if at_rest(self, state):
             return keep_all(state)
-        roles = layer_roles(state.num_layers, self.shallow_fraction, self.deep_fraction)
+        roles = self.roles(state.num_layers)
         scores = [self.layer_score(layer, role, index) for index, (layer, role) in enumerate(zip(state.layers, roles))]
         if self.smoothing:
             weights = [self.smoothing_weight(role) for role in roles]

@@ -158,11 +158,12 @@ def test_model_names_are_checked_before_loading(tmp_path, monkeypatch):
 
 def test_an_unexpected_error_is_one_line_unless_debug(monkeypatch, capsys, video):
     import hermes_cli.cli.main as cli
+    import hermes_cli.cli.watch as watch
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom [in brackets]")
 
-    monkeypatch.setattr(cli, "_run_batch", broken)
+    monkeypatch.setattr(watch, "run_batch", broken)
     monkeypatch.setattr(sys, "argv", ["hermes", "watch", video, "--model", "tiny", "--ask", "hi"])
     with pytest.raises(SystemExit) as exit_info:
         cli.main()

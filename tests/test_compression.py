@@ -11,6 +11,14 @@ from policies import POLICIES, make_policy
 from tests.conftest import moving_square_frames
 
 
+def attention_of(session, texts):
+    """The pseudo-query attention the session's next compression would use."""
+    from hermes_cli.engine.compression import pseudo_query_attention
+
+    return pseudo_query_attention(session.adapter, session.cache, texts, session.positions.next(),
+                                  session.config.pseudo_query)
+
+
 def session_for(adapter, policy, budget, **config):
     return Session(adapter, make_policy(policy), SessionConfig(chunk_frames=4, budget=budget, repetition_penalty=1.0, **config))
 
@@ -20,7 +28,7 @@ def test_pseudo_query_attention_covers_every_stream_token_and_leaves_no_trace(ti
     session = session_for(tiny_qwen, "hermes", 10_000, pseudo_query=mode)
     session.ingest(moving_square_frames(8), [float(i) for i in range(8)])
     before = session.cache.mark()
-    attention = session._pseudo_query_attention({"global": "Summarize the video."})
+    attention = attention_of(session, {"global": "Summarize the video."})
     assert session.cache.mark() == before
     stream = session.cache.stream_counts()[0]
     assert len(attention["global"]) == tiny_qwen.num_layers
@@ -34,7 +42,7 @@ def test_forward_and_approx_attention_differ(tiny_qwen):
     for mode in ("forward", "approx"):
         session = session_for(tiny_qwen, "hermes", 10_000, pseudo_query=mode)
         session.ingest(moving_square_frames(8), [float(i) for i in range(8)])
-        results[mode] = session._pseudo_query_attention({"g": "What happened?"})["g"]
+        results[mode] = attention_of(session, {"g": "What happened?"})["g"]
     assert torch.allclose(results["forward"][0], results["forward"][0])
     assert not torch.allclose(results["forward"][-1], results["approx"][-1], atol=1e-4)
 
@@ -84,15 +92,15 @@ def test_pseudo_queries_side_by_side_equal_separate_forwards(tiny_qwen, tiny_lla
     session = session_for(adapter, "hermes", 10_000)
     session.ingest(moving_square_frames(8), [float(i) for i in range(8)])
     texts = {"mixed": "Describe the scene; summarize the story.", "global": "Summarize the video narrative."}
-    together = session._pseudo_query_attention(texts)
+    together = attention_of(session, texts)
     for name, text in texts.items():
-        alone = session._pseudo_query_attention({name: text})[name]
+        alone = attention_of(session, {name: text})[name]
         for a, b in zip(together[name], alone):
             assert torch.allclose(a, b, atol=1e-6, rtol=1e-5)
 
 
 def test_side_by_side_mask_shape_and_blocks():
-    from hermes_cli.engine.session import side_by_side_mask
+    from hermes_cli.engine.compression import side_by_side_mask
 
     mask = side_by_side_mask(3, [2, 2], torch.float32, "cpu")[0, 0]
     allowed = (mask == 0).int().tolist()

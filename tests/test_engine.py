@@ -44,7 +44,7 @@ def one_shot_logits(adapter, session, frames, chunk, prompt_ids, answer_ids):
 def session_positions(session, total):
     """Positions the session used: the cache's (prefix + video), then text from next_position()."""
     held = session.cache.meta(0).positions
-    start = session.next_position()
+    start = session.positions.next()
     text = session.adapter.text_positions(start, total - held.shape[0])
     return torch.cat([held, text])
 
@@ -87,7 +87,7 @@ def test_qwen_stream_positions_equal_get_rope_index(tiny_qwen):
     assert torch.equal(streamed.T, expected[:, 0, :n])
     # Text after the video continues from the largest position + 1 on all axes (the layout the
     # model was trained with; transformers 5.24 restarts it at start + max(h, w) instead).
-    assert session.next_position() == int(streamed.max()) + 1
+    assert session.positions.next() == int(streamed.max()) + 1
 
 
 def snapshot(session):
@@ -132,10 +132,15 @@ def test_question_before_any_frame_is_answered_as_such(tiny_llava):
 def test_stats_report_the_cache(tiny_qwen):
     session = stream(tiny_qwen, moving_square_frames(4), 2)
     stats = session.stats()
-    video = stats["cache"]["video_tokens_per_layer"]
+    video = stats.cache.video_tokens_per_layer
     assert len(video) == tiny_qwen.num_layers and len(set(video)) == 1 and video[0] > 0
-    assert stats["cache"]["kv_bytes"] == session.cache.kv_bytes() > 0
-    assert stats["frames_seen"] == 4 and stats["policy"] == "full" and stats["random_weights"]
+    assert stats.cache.kv_bytes == session.cache.kv_bytes() > 0
+    assert stats.frames_seen == 4 and stats.policy == "full" and stats.random_weights
+    record = stats.to_json()  # the JSON keeps its fields
+    assert record["cache"]["video_tokens_per_layer"] == video and record["positions"]["limit"] == stats.positions.limit
+    assert set(record) >= {"stream_time_s", "frames_seen", "units_seen", "units_kept", "cache", "positions",
+                           "prefill_ms_last_chunk", "compress_ms_last_chunk", "memory", "model", "random_weights",
+                           "policy"}
 
 
 def test_qwen_rejects_odd_chunks(tiny_qwen):
@@ -156,7 +161,7 @@ def test_an_abandoned_answer_still_restores_the_memory(tiny_qwen):
     session = stream(tiny_qwen, moving_square_frames(4), 2)
     before = session.cache.mark()
     pieces = session.ask("Tell me everything.", max_new_tokens=20)
-    next(pieces)
+    next(iter(pieces))
     assert session.cache.length > before.length
     pieces.close()
     assert session.cache.length == before.length and session.history == []

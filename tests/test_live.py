@@ -55,7 +55,7 @@ def test_prompt_answers_in_order_and_shows_readouts(tiny_qwen):
                             after_first_chunk=True)
     assert [q for q, _ in session.history] == ["first question?", "second question?"]
     assert "cache" in text and "positions" in text  # /stats
-    assert "shallow" in text and "deep" in text  # /memory
+    assert "all (layers 0–" in text  # /memory: fifo keeps alike in every layer
     assert "fifo" in text and "/resume" in text  # /policy, /help
     assert not assistant.ingestor.thread.is_alive()  # Ctrl-D joined the worker
     bar = toolbar_text(assistant.ingestor)

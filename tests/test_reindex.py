@@ -33,17 +33,17 @@ def long_stream(adapter, reindex, frames=96, budget=48):
 @pytest.mark.parametrize("mode", ["lazy", "eager"])
 def test_long_stream_keeps_answering_below_the_limit(short_model, mode):
     session, answers = long_stream(short_model, mode)
-    stats = session.stats()["positions"]
+    stats = session.stats().positions
     video_positions = 96 // short_model.frames_per_unit * 12  # far more positions than LIMIT
     assert video_positions > 2 * LIMIT or short_model.position_axes == 1
-    nxt = stats["next"] if isinstance(stats["next"], int) else max(stats["next"])
-    assert nxt < LIMIT and stats["limit"] == LIMIT
+    nxt = stats.next if isinstance(stats.next, int) else max(stats.next)
+    assert nxt < LIMIT and stats.limit == LIMIT
     for answer in answers:
         assert all(torch.isfinite(logits).all() for logits in answer.step_logits)
     if mode == "lazy":
-        assert stats["reindex_count"] >= 1
+        assert stats.reindex_count >= 1
     else:
-        assert stats["reindex_count"] == session.compressions > 0
+        assert stats.reindex_count == session.compressions > 0
     for layer in range(session.cache.num_layers):  # the prefix never moves
         prefix = session.cache.meta(layer).positions[: session.cache.prefix_length()]
         assert torch.equal(prefix[:, 0], torch.arange(prefix.shape[0]))
@@ -59,8 +59,8 @@ def test_eager_without_eviction_keeps_the_one_shot_equivalence(adapter):
     streamed logits equal one uncached forward at the compacted positions."""
     frames = moving_square_frames(8)
     session = stream(adapter, frames, 4, reindex="eager")
-    session.reindex()
-    assert session.reindex_count == 1
+    session.positions.reindex(session.units_seen)
+    assert session.positions.reindex_count == 1
     answer = session.answer("What is happening?", max_new_tokens=4, record_logits=True)
     prompt = adapter.tokens(adapter.question_text(answer.question, [], session.config.system_prompt))
     logits, ids = one_shot_logits(adapter, session, frames, 4, prompt, answer.tokens)
@@ -71,7 +71,7 @@ def test_eager_without_eviction_keeps_the_one_shot_equivalence(adapter):
 
 def test_reindex_rotates_keys_like_a_forward_at_the_new_positions(tiny_qwen):
     """Layer-0 keys after moving every stream token equal a fresh prefill at the new positions."""
-    from hermes_cli.positions.rope import compact_positions
+    from hermes_cli.positions.layout import compact_positions
 
     session = stream(tiny_qwen, moving_square_frames(8), 4)
     p = session.cache.prefix_length()
@@ -95,13 +95,13 @@ def test_compaction_keeps_the_temporal_spacing_and_the_clock_continues(tiny_qwen
     temporal interval, and the next chunk continues one interval after the last unit."""
     session = Session(tiny_qwen, make_policy("fifo"), SessionConfig(chunk_frames=4, budget=48, reindex="eager"))
     session.ingest(moving_square_frames(16), [float(i) for i in range(16)])
-    assert session.reindex_count == session.compressions >= 1
+    assert session.positions.reindex_count == session.compressions >= 1
     p = session.cache.prefix_length()
     t = torch.unique(session.cache.meta(0).positions[p:, 0])
-    interval = session.clock.interval
+    interval = session.positions.clock.interval
     assert interval == 4.0 and torch.equal(t, p + (torch.arange(len(t)) * interval).long())
     chunk = tiny_qwen.encode(moving_square_frames(4), session.units_seen)
-    nxt = tiny_qwen.chunk_positions(chunk, session.clock, session.next_position())
+    nxt = tiny_qwen.chunk_positions(chunk, session.positions.clock, session.positions.next())
     assert int(nxt[0, 0]) == int(t[-1]) + 4
 
 

@@ -25,15 +25,14 @@ if str(ROOT) not in sys.path:  # until the project is installed / configures pyt
     sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from hermes_cli.positions.rope import (  # noqa: E402
-    RotaryDelta,
+from hermes_cli.positions.layout import (  # noqa: E402
     compact_positions,
     from_model_position_ids,
     next_position_after,
-    rotate_half,
     text_positions,
     to_model_position_ids,
 )
+from hermes_cli.positions.rope import RotaryDelta, rotate_half  # noqa: E402
 
 REL_TOL = 1e-4  # max |rotated − reference| ≤ REL_TOL · max |reference|
 HIDDEN, HEADS, KV_HEADS = 64, 4, 2

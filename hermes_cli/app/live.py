@@ -20,6 +20,7 @@ from prompt_toolkit.history import FileHistory, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings
 from prompt_toolkit.patch_stdout import patch_stdout
 
+from ..engine.records import SessionStats
 from ..engine.session import Session
 
 HELP = """\
@@ -44,7 +45,7 @@ class Ingestor:
         self.error: str | None = None
         self._warned = 0
         self.started = time.monotonic()
-        self.snapshot: dict = session.stats()
+        self.snapshot: SessionStats = session.stats()
         self.thread = threading.Thread(target=self._run, name="hermes-ingest", daemon=True)
 
     def start(self) -> Ingestor:
@@ -67,7 +68,7 @@ class Ingestor:
             self.session.flush()
             self.snapshot = self.session.stats()
             s = self.snapshot
-            self.notify(f"end of stream: {s['frames_seen']} frames, {s['stream_time_s']:.1f}s — "
+            self.notify(f"end of stream: {s.frames_seen} frames, {s.stream_time_s:.1f}s — "
                         "questions keep working on the final memory")
         except Exception as exc:  # the prompt must hear about it, and stay usable
             self.error = f"{type(exc).__name__}: {exc}"
@@ -92,15 +93,15 @@ class Ingestor:
     @property
     def lag_s(self) -> float | None:
         """How far a live source's ingested stream time trails the wall clock (None for files)."""
-        if not getattr(self.frames, "is_live", False) or not self.snapshot["frames_seen"]:
+        if not getattr(self.frames, "is_live", False) or not self.snapshot.frames_seen:
             return None
-        return max(0.0, time.monotonic() - self.started - self.snapshot["stream_time_s"])
+        return max(0.0, time.monotonic() - self.started - self.snapshot.stream_time_s)
 
     @property
     def speed(self) -> float | None:
         """Stream seconds ingested per wall-clock second."""
         wall = time.monotonic() - self.started
-        return self.snapshot["stream_time_s"] / wall if wall > 0.5 else None
+        return self.snapshot.stream_time_s / wall if wall > 0.5 else None
 
 
 def _write_stdout(text: str) -> None:
@@ -116,23 +117,22 @@ def toolbar_text(ingestor: Ingestor) -> str:
     """The one-line live readout."""
     s = ingestor.snapshot
     session = ingestor.session
-    cache, mem = s["cache"], s["memory"]
+    cache, mem = s.cache, s.memory
     stats = getattr(ingestor.frames, "stats", None)
     dropped = getattr(stats, "frames_dropped", 0)
     state = "error" if ingestor.error else "done" if ingestor.finished.is_set() else (
         "paused" if ingestor.paused.is_set() else "live")
-    t = s["stream_time_s"]
-    tokens = max(cache["stream_tokens_per_layer"] or [0])
-    budget = cache["budget"] if cache["budget"] is not None else "∞"
-    chunk = s["prefill_ms_last_chunk"]
+    t = s.stream_time_s
+    budget = cache.budget if cache.budget is not None else "∞"
+    chunk = s.prefill_ms_last_chunk
     speed = ingestor.speed
     answer = session.last_answer
     parts = [
         f"{state} {int(t // 60):02d}:{t % 60:04.1f}",
-        f"frames {s['frames_seen']} seen · {s['units_kept']} units kept"
+        f"frames {s.frames_seen} seen · {s.units_kept} units kept"
         + (f" · {dropped} dropped" if dropped else ""),
-        f"cache {tokens}/{budget} tok · {_mib(cache['kv_bytes'])}",
-        f"RSS {_mib(mem['rss_bytes'])}" + (f" · GPU peak {_mib(mem['gpu_peak_bytes'])}" if mem["gpu_peak_bytes"] else ""),
+        f"cache {cache.stream_tokens}/{budget} tok · {_mib(cache.kv_bytes)}",
+        f"RSS {_mib(mem.rss_bytes)}" + (f" · GPU peak {_mib(mem.gpu_peak_bytes)}" if mem.gpu_peak_bytes else ""),
         f"chunk {chunk:.0f} ms" if chunk is not None else "chunk —",
         f"{speed:.1f}× real time" if speed else "",
         f"lag {ingestor.lag_s:.1f}s" if ingestor.lag_s is not None else "",
@@ -144,19 +144,13 @@ def toolbar_text(ingestor: Ingestor) -> str:
 
 def memory_timeline(session: Session, width: int = 48) -> str:
     """Per layer group, which moments of the stream it still holds: █ held, · forgotten."""
-    from policies.hermes import layer_roles
-
-    policy = session.policy
-    shallow, deep = getattr(policy, "shallow_fraction", 0.1), getattr(policy, "deep_fraction", 0.7)
     if not session.units_seen:
         return "nothing streamed yet"
     times = session.unit_times
     end = max(session.stream_time_s, 1e-6)
     held = session.held_units()
-    roles = [r.kind for r in layer_roles(len(held), shallow, deep)]
     lines = [f"0s {'─' * (width - 2)} {end:.0f}s"]
-    for role in ("shallow", "middle", "deep"):
-        layers = [i for i, r in enumerate(roles) if r == role]
+    for role, layers in session.policy.layer_groups(len(held)).items():
         if not layers:
             continue
         units = set().union(*(held[i] for i in layers))
@@ -226,10 +220,8 @@ class Assistant:
             self.ingestor.stop()
 
     def answer(self, question: str) -> None:
-        pieces: list[str] = []
         try:
             for piece in self.session.ask(question):
-                pieces.append(piece)
                 self.write(piece)
             self.write("\n")
         except KeyboardInterrupt:
@@ -267,16 +259,17 @@ class Assistant:
         return True
 
 
-def stats_text(s: dict, ingestor: Ingestor | None = None) -> str:
-    cache, pos, mem = s["cache"], s["positions"], s["memory"]
+def stats_text(s: SessionStats, ingestor: Ingestor | None = None) -> str:
+    """The full readout of ``/stats``."""
+    cache, pos, mem = s.cache, s.positions, s.memory
     lines = [
-        f"stream      {s['stream_time_s']:.1f}s · {s['frames_seen']} frames · {s['units_seen']} units",
-        f"cache       {cache['tokens_per_layer'][0]} tokens/layer ({cache['prefix_tokens']} prefix) · "
-        f"budget {cache['budget']} · {_mib(cache['kv_bytes'])} · {cache['compressions']} compressions",
-        f"positions   next {pos['next']} of {pos['limit']} · re-index {pos['reindex']} ({pos['reindex_count']} done)",
-        f"memory      RSS {_mib(mem['rss_bytes'])} · GPU peak {_mib(mem['gpu_peak_bytes'])}",
-        f"last chunk  prefill {s['prefill_ms_last_chunk']} ms · compress {s['compress_ms_last_chunk']} ms",
-        f"model       {s['model']}{' (random weights)' if s['random_weights'] else ''} · policy {s['policy']}",
+        f"stream      {s.stream_time_s:.1f}s · {s.frames_seen} frames · {s.units_seen} units",
+        f"cache       {cache.tokens} tokens/layer ({cache.prefix_tokens} prefix) · "
+        f"budget {cache.budget} · {_mib(cache.kv_bytes)} · {cache.compressions} compressions",
+        f"positions   next {pos.next} of {pos.limit} · re-index {pos.reindex} ({pos.reindex_count} done)",
+        f"memory      RSS {_mib(mem.rss_bytes)} · GPU peak {_mib(mem.gpu_peak_bytes)}",
+        f"last chunk  prefill {s.prefill_ms_last_chunk} ms · compress {s.compress_ms_last_chunk} ms",
+        f"model       {s.model}{' (random weights)' if s.random_weights else ''} · policy {s.policy}",
     ]
     if ingestor is not None and ingestor.error:
         lines.append(f"error       {ingestor.error}")

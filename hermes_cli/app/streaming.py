@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..engine.session import Answer, Session
+    from ..engine.records import Answer, SessionStats
+    from ..engine.session import Session
 
 _CLOCK = re.compile(r"^(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)$")
 _SECONDS = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?$")
@@ -53,7 +54,7 @@ class TimedQuestion:
 class AskedAnswer:
     answer: Answer
     asked_at_s: float | None  # the time it was due at (None: end of stream)
-    stats: dict
+    stats: SessionStats
 
 
 def run_stream(
@@ -72,12 +73,11 @@ def run_stream(
     answers: list[AskedAnswer] = []
 
     def ask(q: TimedQuestion) -> None:
-        pieces = []
-        for piece in session.ask(q.question):
-            pieces.append(piece)
+        stream = session.ask(q.question)
+        for piece in stream:
             if on_token:
                 on_token(piece)
-        result = AskedAnswer(session.last_answer, q.at_s, session.stats())
+        result = AskedAnswer(stream.answer, q.at_s, session.stats())
         answers.append(result)
         if on_answer:
             on_answer(result)

@@ -11,6 +11,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from .. import defaults
+from .console import UserError, err, out, set_debug
 from .options import BudgetOpt, ChunkOpt, DebugOpt, DeviceOpt, DtypeOpt, FpsOpt
 
 
@@ -21,9 +23,9 @@ def bench(
     )] = "512",
     policies: Annotated[str, typer.Option(
         "--policies", help="Comma-separated memory policies to compare (see `hermes policies`).",
-    )] = "hermes,infinipot,fifo,full",
-    budget: BudgetOpt = 6000,
-    chunk: ChunkOpt = 16,
+    )] = defaults.BENCH_POLICIES,
+    budget: BudgetOpt = defaults.BUDGET,
+    chunk: ChunkOpt = defaults.CHUNK_FRAMES,
     model: Annotated[str, typer.Option(
         "--model", "-m", metavar="NAME|PATH",
         help="Hub id, local directory, or 'tiny' / 'tiny-llava-onevision' (random weights).",
@@ -44,7 +46,7 @@ def bench(
     video: Annotated[Optional[str], typer.Option(
         "--video", help="Stream this video file instead of synthetic frames (it must be long enough).",
     )] = None,
-    fps: FpsOpt = 1.0,
+    fps: FpsOpt = defaults.FPS,
     size: Annotated[str, typer.Option(
         "--size", help="HxW of the synthetic frames (sets tokens per frame for Qwen-VL).",
     )] = "360x640",
@@ -89,9 +91,7 @@ def bench(
       hermes bench --arch llava-onevision-0.5b --random-weights --synthetic-vision
       --frames 8,16,32,48 --chunk 4 --budget 1024 --plot bench.png
     """
-    from .main import DEBUG, UserError, err, out
-
-    DEBUG["on"] = debug
+    set_debug(debug)
     from ..bench.runner import parse_policies, parse_steps
 
     try:
@@ -120,15 +120,15 @@ def bench(
         if not matplotlib_available():
             raise UserError("--plot needs matplotlib: pip install 'hermes-video[plot]'")
 
-    adapter = _load(model, arch, device, dtype, UserError)
-    frame_source = _frame_source(video, fps, frame_size, UserError)
+    adapter = _load(model, arch, device, dtype)
+    frame_source = _frame_source(video, fps, frame_size)
 
     info = _describe(adapter, synthetic_vision, names, steps, budget, chunk)
     for line in info:
         err.print(line, soft_wrap=True)
 
     records = _run(adapter, names, steps, budget, chunk, fps, repeats, warmup, max_new_tokens, question,
-                   frame_source, synthetic_vision, json_out=json_out, console=err, UserError=UserError)
+                   frame_source, synthetic_vision, json_out=json_out, console=err)
 
     from ..bench.runner import summarise, ttft_versus
 
@@ -166,8 +166,9 @@ def _parse_size(text: str) -> tuple[int, int]:
     return h, w
 
 
-def _load(model, arch, device, dtype, UserError):
-    from ..models.loading import ModelLoadError, load_model
+def _load(model, arch, device, dtype):
+    from ..models.loading import load_model
+    from ..models.registry import ModelLoadError
 
     try:
         if arch:
@@ -179,7 +180,7 @@ def _load(model, arch, device, dtype, UserError):
         raise UserError(str(exc)) from exc
 
 
-def _frame_source(video, fps, frame_size, UserError):
+def _frame_source(video, fps, frame_size):
     from ..bench.runner import synthetic_frames, video_frames
 
     if not video:
@@ -210,11 +211,11 @@ def _describe(adapter, synthetic_vision, names, steps, budget, chunk) -> list[st
 
 
 def _run(adapter, names, steps, budget, chunk, fps, repeats, warmup, max_new_tokens, question, frame_source,
-         synthetic_vision, *, json_out, console, UserError):
+         synthetic_vision, *, json_out, console):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..bench.runner import run_bench
-    from ..engine.session import PositionLimitError
+    from ..engine.positions import PositionLimitError
     from ..sources import SourceError
 
     total = len(names) * steps[-1]

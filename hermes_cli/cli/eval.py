@@ -13,6 +13,9 @@ from typing import Annotated, Optional
 
 import typer
 
+from .. import defaults
+from .console import UserError, err, out, set_debug
+from .factory import AnswerSettings, MemorySettings, ModelSettings, SessionSettings, build_session, new_session
 from .options import DebugOpt, DeviceOpt, DtypeOpt, MaxPixelsOpt, ModelOpt, PolicyOpt, PolicyOptsOpt
 
 TasksOpt = Annotated[
@@ -25,8 +28,8 @@ def evaluate(
     annotations: Annotated[Path, typer.Argument(help="Benchmark annotation JSON (HERMES / ReKV format).", show_default=False)],
     videos_dir: Annotated[Optional[Path], typer.Option("--videos-dir", "-d", help="Folder holding the videos; annotation paths are remapped by file name (searched recursively).")] = None,
     model: ModelOpt = None,
-    policy: PolicyOpt = "hermes",
-    budget: Annotated[int, typer.Option("--budget", "-b", help="Stream tokens kept per layer (papers: 4000; 6000 for RVS).")] = 4000,
+    policy: PolicyOpt = defaults.POLICY,
+    budget: Annotated[int, typer.Option("--budget", "-b", help="Stream tokens kept per layer (papers: 4000; 6000 for RVS).")] = defaults.EVAL_BUDGET,
     policy_opt: PolicyOptsOpt = None,
     fps: Annotated[float, typer.Option("--fps", help="Frames sampled per second of video (papers: 0.5 for LLaVA-OV, 0.5-1 for Qwen2.5-VL).")] = 1.0,
     chunk: Annotated[int, typer.Option("--chunk", help="Frames per prefill chunk (papers: 16; even for Qwen-VL).")] = 16,
@@ -73,18 +76,16 @@ def evaluate(
       hermes eval videomme.json -d ~/data/videomme --offline \\
           --tasks "Counting Problem" --limit 50 -o vm.jsonl
     """
-    from . import main as cli
-    from .main import UserError
     from ..evaluation.annotations import AnnotationError, load_annotations, problems_summary
     from ..evaluation.runner import (
         EvalError, EvalSettings, VideoFinder, default_protocol, default_reindex, plan_jobs, run_eval,
         select_questions, summarize,
     )
 
-    cli.DEBUG["on"] = debug
-    err, out = cli.err, cli.out
-    for name, value, ok in (("--fps", fps, fps > 0), ("--chunk", chunk, chunk >= 1), ("--budget", budget, budget >= 1),
-                            ("--limit", limit, limit is None or limit >= 1), ("--npy-fps", npy_fps, npy_fps > 0),
+    set_debug(debug)
+    SessionSettings(memory=MemorySettings(policy, budget, tuple(policy_opt or ()), fps, chunk,
+                                          reindex or defaults.REINDEX)).check()
+    for name, value, ok in (("--limit", limit, limit is None or limit >= 1), ("--npy-fps", npy_fps, npy_fps > 0),
                             ("--max-new-tokens", max_new_tokens, max_new_tokens is None or max_new_tokens >= 1)):
         if not ok:
             raise UserError(f"{name} must be positive, got {value}")
@@ -112,11 +113,7 @@ def evaluate(
         _print_dry_run(aset, questions, plan_jobs(aset, questions, finder), protocol, json_out, out)
         return
 
-    model_name = model
-    if model_name is None:
-        from ..models.loading import default_model
-
-        model_name = default_model()[0]
+    model_name = ModelSettings(model).name()
     settings = EvalSettings(
         model=model_name, policy=policy, budget=budget, policy_opts=list(policy_opt or []), fps=fps, chunk=chunk,
         reindex=reindex or default_reindex(protocol), protocol=protocol, history=history,
@@ -193,27 +190,21 @@ def evaluate(
 
 def _session_factory(settings, device, dtype, *, quiet: bool):
     """A fresh session per stream; the model is loaded once, on the first call."""
-    from . import main as cli
-
+    session_settings = SessionSettings(
+        ModelSettings(settings.model, device, dtype, settings.max_pixels),
+        MemorySettings(settings.policy, settings.budget, tuple(settings.policy_opts), settings.fps, settings.chunk,
+                       settings.reindex),
+        AnswerSettings(settings.max_new_tokens or defaults.MAX_NEW_TOKENS, settings.history),
+    )
+    session_settings.check()
     state: dict = {}
 
     def factory():
         if "adapter" not in state:
-            session = cli.build_session(
-                settings.model, settings.policy, settings.budget, settings.policy_opts, settings.fps, settings.chunk,
-                device, dtype, settings.reindex, max_new_tokens=settings.max_new_tokens or 128,
-                history=settings.history, quiet=quiet, max_pixels=settings.max_pixels,
-            )
-            state["adapter"], state["config"] = session.adapter, session.config
+            session = build_session(session_settings, quiet=quiet)
+            state["adapter"] = session.adapter
             return session
-        from dataclasses import replace
-
-        from policies import make_policy, parse_option
-
-        from ..engine.session import Session
-
-        options = dict(parse_option(settings.policy, o) for o in settings.policy_opts)
-        return Session(state["adapter"], make_policy(settings.policy, **options), replace(state["config"]))
+        return new_session(state["adapter"], session_settings)
 
     return factory
 

@@ -8,6 +8,8 @@ import sys
 
 import torch
 
+from .records import MemoryStats
+
 
 def rss_bytes() -> int | None:
     """Resident set size of this process now (Linux: /proc; elsewhere the peak as a fallback)."""
@@ -23,11 +25,12 @@ def peak_rss_bytes() -> int:
     return peak if sys.platform == "darwin" else peak * 1024
 
 
-def memory_stats(device: torch.device) -> dict:
+def memory_stats(device: torch.device) -> MemoryStats:
+    """Process and (on a GPU) accelerator memory now."""
     gpu = device.type == "cuda" and torch.cuda.is_available()
-    return {
-        "rss_bytes": rss_bytes(),
-        "peak_rss_bytes": peak_rss_bytes(),
-        "gpu_peak_bytes": torch.cuda.max_memory_allocated(device) if gpu else None,
-        "gpu_allocated_bytes": torch.cuda.memory_allocated(device) if gpu else None,
-    }
+    return MemoryStats(
+        rss_bytes=rss_bytes(),
+        peak_rss_bytes=peak_rss_bytes(),
+        gpu_peak_bytes=torch.cuda.max_memory_allocated(device) if gpu else None,
+        gpu_allocated_bytes=torch.cuda.memory_allocated(device) if gpu else None,
+    )

@@ -23,9 +23,10 @@ import json
 import os
 import statistics
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path, PurePath
 
+from .. import defaults
 from .annotations import AnnotationSet, Question, Video
 from .answers import LENIENT_THRESHOLD, format_question, lenient_match, parse_letter
 
@@ -43,12 +44,12 @@ class EvalSettings:
     """What a result depends on; records carry it, and resuming requires the same."""
 
     model: str
-    policy: str = "hermes"
-    budget: int = 4000
+    policy: str = defaults.POLICY
+    budget: int = defaults.EVAL_BUDGET
     policy_opts: list[str] = field(default_factory=list)
-    fps: float = 1.0
-    chunk: int = 16
-    reindex: str = "lazy"
+    fps: float = defaults.FPS
+    chunk: int = defaults.CHUNK_FRAMES
+    reindex: str = defaults.REINDEX
     protocol: str = "streaming"
     history: bool = False
     max_new_tokens: int | None = None  # None: 16 for multiple choice, 128 for open-ended
@@ -327,7 +328,7 @@ def run_eval(
     Returns all records of the selected questions (earlier and new) and a report of this run.
     ``session_factory`` gives a fresh session per stream; it is not called when nothing is left.
     """
-    from ..engine.session import PositionLimitError
+    from ..engine.positions import PositionLimitError
     from ..sources import SourceError
     from ..app.streaming import TimedQuestion, run_stream
 
@@ -375,9 +376,9 @@ def run_eval(
             try:
                 frames = open_frames(path, video, settings, end)
                 session = session_factory()
-                session.config.max_new_tokens = settings.max_new_tokens or (
+                session.config = replace(session.config, max_new_tokens=settings.max_new_tokens or (
                     MC_MAX_NEW_TOKENS if all(q.multiple_choice for q in order) else OPEN_MAX_NEW_TOKENS
-                )
+                ))
                 source_duration = getattr(frames, "duration_s", None)
 
                 def on_answer(result):
@@ -436,9 +437,9 @@ def make_record(q: Question, video: Video, path: Path, result, settings: EvalSet
         **a.record(),
         "duration_s": video.duration_s if video.duration_s is not None else source_duration,
         "duration_bucket": duration_bucket(video.duration_category, video.duration_s if video.duration_s is not None else source_duration),
-        "cache": stats.get("cache"),
-        "positions": stats.get("positions"),
-        "memory": stats.get("memory"),
+        "cache": asdict(stats.cache),
+        "positions": asdict(stats.positions),
+        "memory": asdict(stats.memory),
         "protocol": settings.protocol,
         "settings": settings.fingerprint(),
     }

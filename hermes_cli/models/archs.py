@@ -17,27 +17,8 @@ from importlib import resources
 
 import torch
 
-from .registry import ModelLoadError
-from .tiny import LLAVA_SPECIALS, QWEN_SPECIALS, SEED, _template, make_tokenizer
-
-# name -> config file (and accepted aliases)
-ARCHS: dict[str, str] = {
-    "llava-onevision-0.5b": "llava-onevision-qwen2-0.5b-ov.json",
-    "llava-onevision-7b": "llava-onevision-qwen2-7b-ov.json",
-    "qwen2.5-vl-3b": "qwen2.5-vl-3b.json",
-    "qwen2.5-vl-7b": "qwen2.5-vl-7b.json",
-}
-ALIASES: dict[str, str] = {
-    "llava-hf/llava-onevision-qwen2-0.5b-ov-hf": "llava-onevision-0.5b",
-    "llava-onevision-qwen2-0.5b-ov": "llava-onevision-0.5b",
-    "llava-hf/llava-onevision-qwen2-7b-ov-hf": "llava-onevision-7b",
-    "llava-onevision-qwen2-7b-ov": "llava-onevision-7b",
-    "qwen/qwen2.5-vl-3b-instruct": "qwen2.5-vl-3b",
-    "qwen2.5-vl-3b-instruct": "qwen2.5-vl-3b",
-    "qwen/qwen2.5-vl-7b-instruct": "qwen2.5-vl-7b",
-    "qwen2.5-vl-7b-instruct": "qwen2.5-vl-7b",
-}
-
+from .registry import ARCHS, ModelLoadError, resolve_arch
+from .tiny import LLAVA_SPECIALS, QWEN_SPECIALS, SEED, chat_template, make_tokenizer
 
 @dataclass(frozen=True)
 class BuildInfo:
@@ -48,18 +29,6 @@ class BuildInfo:
     parameters: int
     dtype: torch.dtype
     build_s: float
-
-
-def arch_names() -> list[str]:
-    return list(ARCHS)
-
-
-def resolve_arch(name: str) -> str:
-    key = name.strip().lower()
-    key = ALIASES.get(key, key)
-    if key not in ARCHS:
-        raise ModelLoadError(f"unknown architecture {name!r}; choose one of: {', '.join(ARCHS)}")
-    return key
 
 
 def arch_config(name: str) -> dict:
@@ -178,7 +147,7 @@ def _llava_onevision(cfg: dict):
         video_processor=LlavaOnevisionVideoProcessor(size={"height": size, "width": size}),
         num_image_tokens=(size // vision["patch_size"]) ** 2,
         vision_feature_select_strategy=config.vision_feature_select_strategy,
-        chat_template=_template("<video>\n"),
+        chat_template=chat_template("<video>\n"),
     )
     return config, processor, LlavaOnevisionForConditionalGeneration
 
@@ -207,21 +176,22 @@ def _qwen2_5_vl(cfg: dict):
         image_processor=Qwen2VLImageProcessor(),
         tokenizer=tokenizer,
         video_processor=Qwen2VLVideoProcessor(),  # the library's defaults: Qwen2.5-VL's video sizes
-        chat_template=_template("<|vision_start|><|video_pad|><|vision_end|>"),
+        chat_template=chat_template("<|vision_start|><|video_pad|><|vision_end|>"),
     )
     return config, processor, Qwen2_5_VLForConditionalGeneration
 
 
 def load_random_arch(name: str, *, device: str | None = None, dtype: str | None = None):
     """A full-size random-weight model behind its adapter (``random_weights=True``)."""
-    from .loading import pick_device, pick_dtype
-    from .llava_onevision import LlavaOneVisionAdapter
-    from .qwen_vl import QwenVLAdapter
+    from .loading import ADAPTERS, pick_device, pick_dtype
+    from .registry import family_of_type
 
     dev = pick_device(device)
     dt = pick_dtype(dtype, dev)
     model, processor, info = build_random_model(name, device=dev, dtype=dt)
-    cls = LlavaOneVisionAdapter if arch_config(name)["model_type"] == "llava_onevision" else QwenVLAdapter
+    family = family_of_type(arch_config(name)["model_type"])
+    assert family is not None, "shipped configs are of supported families"
+    cls = ADAPTERS[family.name]
     adapter = cls(model, processor, name=f"{info.arch} (random weights, {info.hub_id} architecture)",
                   random_weights=True)
     adapter.build_info = info  # type: ignore[attr-defined]

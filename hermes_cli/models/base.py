@@ -16,8 +16,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..positions.layout import VideoClock, text_positions, to_model_position_ids
+from ..positions.rope import RotaryDelta, rotate_half
 from .chat import conversation, split_prompt
-from ..positions.rope import RotaryDelta, rotate_half, text_positions, to_model_position_ids
 
 
 @dataclass
@@ -38,20 +39,6 @@ class EncodedChunk:
     units: int  # how many units the chunk adds
     pixel_values: Tensor | None = None  # what the processor produced (for one-shot checks)
     grid_thw: Tensor | None = None
-
-
-@dataclass
-class VideoClock:
-    """Where the next video unit's positions start (M-RoPE: per axis; 1-D: ``t`` only).
-
-    A unit ``u`` gets temporal position ``t_origin + floor((u - unit_origin) * interval)``; its
-    cells get ``hw_origin + row`` / ``hw_origin + col``.
-    """
-
-    t_origin: int
-    hw_origin: int
-    unit_origin: int
-    interval: float
 
 
 class ModelAdapter(ABC):
@@ -220,8 +207,3 @@ class ModelAdapter(ABC):
     @torch.no_grad()
     def logits(self, hidden: Tensor) -> Tensor:
         return self.model.lm_head(hidden).float()
-
-
-def time_interval(tokens_per_second: float, temporal_patch: int, fps: float) -> float:
-    """Temporal position step per unit for Qwen-VL M-RoPE: tokens/s × seconds per temporal patch."""
-    return tokens_per_second * (temporal_patch / fps)

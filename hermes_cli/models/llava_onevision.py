@@ -13,7 +13,8 @@ import math
 import numpy as np
 import torch
 
-from .base import EncodedChunk, ModelAdapter, VideoClock
+from ..positions.layout import VideoClock
+from .base import EncodedChunk, ModelAdapter
 from .synthetic import synthetic_embeddings
 
 

@@ -2,37 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from .registry import TINY_NAMES, WAY_OUT, ModelLoadError, check_model_name, in_hub_cache, model_from_env
-from .base import EncodedChunk, ModelAdapter, VideoClock
+from .base import ModelAdapter
 from .llava_onevision import LlavaOneVisionAdapter
 from .qwen_vl import QwenVLAdapter
+from .registry import BUILTIN, FAMILIES, WAY_OUT, ModelLoadError, check_model_name, family_of_type, in_hub_cache, model_from_env
 from .tiny import tiny_llava_onevision, tiny_qwen
 
+# family name -> adapter class
 ADAPTERS: dict[str, type[ModelAdapter]] = {
-    "qwen2_5_vl": QwenVLAdapter,
-    "qwen2_vl": QwenVLAdapter,
-    "llava_onevision": LlavaOneVisionAdapter,
+    "qwen2.5-vl": QwenVLAdapter,
+    "llava-onevision": LlavaOneVisionAdapter,
 }
-
-
-@dataclass(frozen=True)
-class Family:
-    name: str
-    model_types: tuple[str, ...]
-    examples: tuple[str, ...]
-
-
-FAMILIES = (
-    Family("qwen2.5-vl", ("qwen2_5_vl", "qwen2_vl"),
-           ("Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen2.5-VL-3B-Instruct", "Qwen/Qwen2-VL-7B-Instruct")),
-    Family("llava-onevision", ("llava_onevision",),
-           ("llava-hf/llava-onevision-qwen2-7b-ov-hf", "llava-hf/llava-onevision-qwen2-0.5b-ov-hf")),
-)
 
 
 def default_model() -> tuple[str, str]:
@@ -83,9 +67,11 @@ def load_model(name: str | None = None, *, device: str | None = None, dtype: str
     check_model_name(name)
     dev = pick_device(device)
     dt = pick_dtype(dtype, dev)
-    if name in TINY_NAMES:
+    if name in BUILTIN:
         extra = {k: v for k, v in (("num_layers", num_layers), ("max_positions", max_positions)) if v}
-        build, cls = (tiny_llava_onevision, LlavaOneVisionAdapter) if "llava" in name else (tiny_qwen, QwenVLAdapter)
+        family = BUILTIN[name]
+        build = {"qwen2.5-vl": tiny_qwen, "llava-onevision": tiny_llava_onevision}[family]
+        cls = ADAPTERS[family]
         model, processor = build(**extra)
         if dev.type == "cpu":
             torch.set_num_threads(1)  # tiny matrices: more threads only add synchronisation
@@ -102,19 +88,13 @@ def _load_pretrained(name: str, device: torch.device, dtype: torch.dtype, max_pi
         raise ModelLoadError(
             f"cannot load model {name!r}: not found locally and not downloadable ({type(exc).__name__}) — {WAY_OUT}"
         ) from exc
-    adapter_cls = ADAPTERS.get(config.model_type)
-    if adapter_cls is None:
-        supported = ", ".join(sorted(ADAPTERS))
+    family = family_of_type(config.model_type)
+    if family is None:
+        supported = ", ".join(sorted(t for f in FAMILIES for t in f.model_types))
         raise ModelLoadError(f"{name} is a {config.model_type!r} model; supported types: {supported}")
     try:
         processor = AutoProcessor.from_pretrained(name)
         model = AutoModelForImageTextToText.from_pretrained(name, dtype=dtype).to(device)
     except Exception as exc:
         raise ModelLoadError(f"cannot load weights of {name!r}: {exc}".splitlines()[0]) from exc
-    return adapter_cls(model, processor, name=name, max_pixels=max_pixels)
-
-
-__all__ = [
-    "ADAPTERS", "FAMILIES", "EncodedChunk", "ModelAdapter", "ModelLoadError", "VideoClock",
-    "default_model", "load_model", "locally_present", "pick_device", "pick_dtype",
-]
+    return ADAPTERS[family.name](model, processor, name=name, max_pixels=max_pixels)

@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..positions.rope import scaled_positions
-from .base import EncodedChunk, ModelAdapter, VideoClock, time_interval
+from ..positions.layout import VideoClock, scaled_positions, time_interval
+from .base import EncodedChunk, ModelAdapter
 from .synthetic import synthetic_embeddings
 
 

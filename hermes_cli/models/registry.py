@@ -1,14 +1,68 @@
-"""Telling what a ``--model`` name refers to, before anything heavy is imported.
+"""Every model name the tool knows, and telling what a ``--model`` name refers to — light to import.
 
 Importing torch and transformers takes seconds; a name that cannot work should fail before that.
+This is the one registry: families (with the transformers model types each adapter serves),
+the built-in random-weight models, and the full-size architectures ``hermes bench`` builds.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
-TINY_NAMES = ("tiny", "tiny-qwen2.5-vl", "tiny-llava-onevision")
+
+@dataclass(frozen=True)
+class Family:
+    """A model family: its transformers model types and published checkpoints."""
+
+    name: str
+    model_types: tuple[str, ...]
+    examples: tuple[str, ...]
+
+
+FAMILIES = (
+    Family("qwen2.5-vl", ("qwen2_5_vl", "qwen2_vl"),
+           ("Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen2.5-VL-3B-Instruct", "Qwen/Qwen2-VL-7B-Instruct")),
+    Family("llava-onevision", ("llava_onevision",),
+           ("llava-hf/llava-onevision-qwen2-7b-ov-hf", "llava-hf/llava-onevision-qwen2-0.5b-ov-hf")),
+)
+
+# built-in random-weight models: name -> family
+BUILTIN: dict[str, str] = {"tiny": "qwen2.5-vl", "tiny-qwen2.5-vl": "qwen2.5-vl", "tiny-llava-onevision": "llava-onevision"}
+TINY_NAMES = tuple(BUILTIN)
+
+# full-size architectures for ``hermes bench --arch``: name -> shipped config file
+ARCHS: dict[str, str] = {
+    "llava-onevision-0.5b": "llava-onevision-qwen2-0.5b-ov.json",
+    "llava-onevision-7b": "llava-onevision-qwen2-7b-ov.json",
+    "qwen2.5-vl-3b": "qwen2.5-vl-3b.json",
+    "qwen2.5-vl-7b": "qwen2.5-vl-7b.json",
+}
+ARCH_ALIASES: dict[str, str] = {
+    "llava-hf/llava-onevision-qwen2-0.5b-ov-hf": "llava-onevision-0.5b",
+    "llava-onevision-qwen2-0.5b-ov": "llava-onevision-0.5b",
+    "llava-hf/llava-onevision-qwen2-7b-ov-hf": "llava-onevision-7b",
+    "llava-onevision-qwen2-7b-ov": "llava-onevision-7b",
+    "qwen/qwen2.5-vl-3b-instruct": "qwen2.5-vl-3b",
+    "qwen2.5-vl-3b-instruct": "qwen2.5-vl-3b",
+    "qwen/qwen2.5-vl-7b-instruct": "qwen2.5-vl-7b",
+    "qwen2.5-vl-7b-instruct": "qwen2.5-vl-7b",
+}
+
+
+def family_of_type(model_type: str) -> Family | None:
+    """The family whose adapter serves a transformers ``model_type``."""
+    return next((f for f in FAMILIES if model_type in f.model_types), None)
+
+
+def resolve_arch(name: str) -> str:
+    """The architecture a name or hub id refers to; ModelLoadError listing the choices otherwise."""
+    key = name.strip().lower()
+    key = ARCH_ALIASES.get(key, key)
+    if key not in ARCHS:
+        raise ModelLoadError(f"unknown architecture {name!r}; choose one of: {', '.join(ARCHS)}")
+    return key
 WAY_OUT = "pass a local directory with --model PATH, or try --model tiny"
 
 

@@ -29,7 +29,7 @@ CORPUS = (
 )
 
 
-def _template(video: str) -> str:
+def chat_template(video: str) -> str:
     return (
         "{% for m in messages %}<|im_start|>{{ m.role }}\n"
         "{% if m.content is string %}{{ m.content }}{% else %}{% for c in m.content %}"
@@ -88,7 +88,7 @@ def tiny_qwen(num_layers: int = 10, max_positions: int = 32768):
         image_processor=Qwen2VLImageProcessor(size=size),
         tokenizer=tokenizer,
         video_processor=Qwen2VLVideoProcessor(size=size),
-        chat_template=_template("<|vision_start|><|video_pad|><|vision_end|>"),
+        chat_template=chat_template("<|vision_start|><|video_pad|><|vision_end|>"),
     )
     return _seeded(lambda: Qwen2_5_VLForConditionalGeneration(config)), processor
 
@@ -128,6 +128,6 @@ def tiny_llava_onevision(num_layers: int = 10, max_positions: int = 32768):
         video_processor=LlavaOnevisionVideoProcessor(size=size),
         num_image_tokens=(image_size // patch) ** 2,
         vision_feature_select_strategy="full",
-        chat_template=_template("<video>\n"),
+        chat_template=chat_template("<video>\n"),
     )
     return _seeded(lambda: LlavaOnevisionForConditionalGeneration(config)), processor

@@ -1,0 +1,60 @@
+"""``hermes models`` and ``hermes policies``: what can be used, without loading anything heavy."""
+
+from __future__ import annotations
+
+import json
+
+from .console import out
+from .options import JsonOpt
+
+
+def models(json_out: JsonOpt = False) -> None:
+    """List the supported model families, the default on this machine, and local weights."""
+    from ..models.loading import default_model, locally_present
+    from ..models.registry import BUILTIN, FAMILIES
+
+    name, why = default_model()
+    rows = [
+        {"family": f.name, "model": m, "present": locally_present(m)}
+        for f in FAMILIES for m in f.examples
+    ]
+    if json_out:
+        print(json.dumps({"default": name, "default_reason": why, "models": rows, "builtin": list(BUILTIN)}))
+        return
+    from rich.table import Table
+
+    table = Table(title="supported models")
+    for col in ("family", "model", "weights here"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["family"], r["model"], "[green]yes[/]" if r["present"] else "no")
+    for builtin_name, family in BUILTIN.items():
+        table.add_row(family, builtin_name, "built in (random weights)")
+    out.print(table)
+    out.print(f"default here: [bold]{name}[/] ({why}); override with --model or HERMES_MODEL")
+    out.print("any local directory holding one of these families works too: --model /path/to/model")
+
+
+def policies(json_out: JsonOpt = False) -> None:
+    """List the memory policies, what each keeps, and their parameters."""
+    from policies import POLICIES
+
+    data = [
+        {
+            "name": name,
+            "keeps": cls.description,
+            "parameters": [
+                {"name": f.name, "default": f.default, "help": f.metadata.get("help", "")}
+                for f in cls.parameters()
+            ],
+        }
+        for name, cls in POLICIES.items()
+    ]
+    if json_out:
+        print(json.dumps(data))
+        return
+    for p in data:
+        out.print(f"[bold]{p['name']}[/] — {p['keeps']}")
+        for prm in p["parameters"]:
+            out.print(f"    {prm['name']} = {prm['default']!r}  [dim]{prm['help']}[/]")
+    out.print("set parameters with --policy-opt KEY=VALUE")

@@ -1,0 +1,29 @@
+"""Every default setting in one place (no heavy imports: the CLI reads these for --help).
+
+The engine's ``SessionConfig``, the command-line options, ``hermes eval`` and ``hermes bench``
+all take their defaults from here, so a default changes in one line.
+"""
+
+from __future__ import annotations
+
+POLICY = "hermes"
+BUDGET = 6000  # stream tokens kept per decoder layer
+CHUNK_FRAMES = 16
+FPS = 1.0
+MAX_NEW_TOKENS = 128
+REPETITION_PENALTY = 1.1
+SYSTEM_PROMPT = "You are a helpful assistant."
+
+REINDEX_MODES = ("lazy", "eager", "off")
+REINDEX = "lazy"
+PSEUDO_QUERY_MODES = ("forward", "approx")
+PSEUDO_QUERY = "forward"
+DTYPES = ("auto", "fp32", "float32", "bf16", "bfloat16", "fp16", "float16")
+
+# hermes eval: the papers' settings
+EVAL_BUDGET = 4000
+
+# hermes bench
+BENCH_POLICIES = "hermes,infinipot,fifo,full"
+BENCH_FRAMES = "512"
+BENCH_MODEL = "tiny"
