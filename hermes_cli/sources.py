@@ -19,9 +19,9 @@ import sys
 import threading
 import time
 import urllib.parse
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import av
 import av.error
@@ -399,7 +399,7 @@ class _BackgroundReader:
                     self._ready.notify()
         except SourceError as error:
             self._error = error
-        except Exception as error:  # noqa: BLE001 (the consumer must hear of anything)
+        except Exception as error:
             self._error = SourceError(f"{self._name}: reading failed ({type(error).__name__}: {error})")
         finally:
             with self._ready:

@@ -31,7 +31,17 @@ import torch
 from torch import Tensor
 
 from .base import (
-    LayerChoice, LayerTokens, Policy, Rotary, StreamState, Summary, at_rest, keep_all, param, require, top_k_sorted,
+    LayerChoice,
+    LayerTokens,
+    Policy,
+    Rotary,
+    StreamState,
+    Summary,
+    at_rest,
+    keep_all,
+    param,
+    require,
+    top_k_sorted,
 )
 
 SHALLOW, MIDDLE, DEEP = "shallow", "middle", "deep"

@@ -29,7 +29,16 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .base import (
-    LayerChoice, LayerTokens, Policy, StreamState, at_rest, keep_all, param, require, top_k_sorted, top_k_tiered,
+    LayerChoice,
+    LayerTokens,
+    Policy,
+    StreamState,
+    at_rest,
+    keep_all,
+    param,
+    require,
+    top_k_sorted,
+    top_k_tiered,
 )
 
 POOL_KERNELS = (7, 5, 3, 1)  # by layer quartile, shallowest first

@@ -14,9 +14,9 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable, Sequence
 
 import av
 import numpy as np
@@ -229,7 +229,7 @@ class _RangeHandler(http.server.BaseHTTPRequestHandler):
 
     folder: Path
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+    def do_GET(self) -> None:
         name = self.path.lstrip("/")
         if not name or "/" in name or name.startswith(".") or not (self.folder / name).is_file():
             self.send_error(404)
@@ -259,7 +259,7 @@ class _RangeHandler(http.server.BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass  # FFmpeg closes a connection once it has read what it wanted
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (base signature)
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 

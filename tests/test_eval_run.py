@@ -16,8 +16,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from hermes_cli.cli.main import UserError
 from hermes_cli.cli.eval import evaluate
+from hermes_cli.cli.main import UserError
 from hermes_cli.evaluation.annotations import load_annotations
 from hermes_cli.evaluation.runner import EvalSettings, VideoFinder, run_eval, select_questions
 from hermes_cli.sources import open_source
@@ -78,9 +78,8 @@ def sampled_times(path: Path, fps: float) -> list[float]:
 
 
 def test_streaming_asks_after_exactly_the_frames_up_to_end_time(bench, tiny_qwen):
-    from policies import make_policy
-
     from hermes_cli.engine.session import Session, SessionConfig
+    from policies import make_policy
 
     ann_path, videos = bench
     aset = load_annotations(ann_path)
@@ -118,9 +117,8 @@ def test_streaming_asks_after_exactly_the_frames_up_to_end_time(bench, tiny_qwen
 
 
 def test_offline_asks_after_the_whole_video(bench, tiny_qwen):
-    from policies import make_policy
-
     from hermes_cli.engine.session import Session, SessionConfig
+    from policies import make_policy
 
     ann_path, videos = bench
     aset = load_annotations(ann_path)
@@ -206,7 +204,7 @@ def test_dry_run_with_missing_videos_counts_per_task(tmp_path):
 class _FakeJudge(http.server.BaseHTTPRequestHandler):
     seen: list = []
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.seen.append(body)
         reply = {"choices": [{"message": {"content": "{'pred': 'yes', 'score': 4}"}}]}

@@ -10,7 +10,14 @@ import torch
 from policies import LayerTokens, StreamState, make_policy
 from policies.base import top_k_sorted, top_k_tiered
 from policies.hermes import (
-    GLOBAL_QUERY, LOCAL_QUERY, align_by_id, fold_summary, layer_roles, min_max, recency, smooth_across_layers,
+    GLOBAL_QUERY,
+    LOCAL_QUERY,
+    align_by_id,
+    fold_summary,
+    layer_roles,
+    min_max,
+    recency,
+    smooth_across_layers,
 )
 from policies.infinipot import box_sum, pool_kernel, recent_frames_mask, tar_scores, value_norms
 from policies.uniform import evenly_spaced_frames

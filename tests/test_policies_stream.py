@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from policies import POLICIES, LayerChoice, LayerTokens, Policy, StreamState, make_policy
 from policies.hermes import layer_roles
 
-
 FIELDS = ("keys", "values", "token_id", "frame", "patch", "positions", "is_summary")
 
 
@@ -188,7 +187,7 @@ def check_choices(choices: list[LayerChoice], stream: Stream, n: int) -> None:
     for choice in choices:
         keep = choice.keep
         assert keep.dtype == torch.long and keep.dim() == 1
-        assert bool((keep.diff() > 0).all()) and (keep.numel() == 0 or (0 <= int(keep.min()) and int(keep.max()) < n))
+        assert bool((keep.diff() > 0).all()) and (keep.numel() == 0 or (int(keep.min()) >= 0 and int(keep.max()) < n))
         assert choice.size == target
         if choice.summary is not None:
             assert choice.summary.key.shape == choice.summary.value.shape == (stream.heads, stream.dim)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hermes_cli.models.loading import load_model
 from hermes_cli.engine.session import PositionLimitError, Session, SessionConfig
+from hermes_cli.models.loading import load_model
 from policies import make_policy
 from tests.conftest import moving_square_frames
 from tests.test_engine import one_shot_logits, stream

@@ -227,16 +227,14 @@ def test_audio_only(tmp_path):
 
 def test_zero_frames_fail_when_iteration_ends(tmp_path):
     make_zero_frames(tmp_path / "blank.avi")
-    with open_source(str(tmp_path / "blank.avi")) as source:
-        with pytest.raises(SourceError) as error:
-            list(source)
+    with open_source(str(tmp_path / "blank.avi")) as source, pytest.raises(SourceError) as error:
+        list(source)
     assert "no video frame" in one_line(error)
 
 
 def test_window_past_the_end_names_the_times(clip):
-    with open_source(str(clip[0]), start_s=100.0) as source:
-        with pytest.raises(SourceError) as error:
-            list(source)
+    with open_source(str(clip[0]), start_s=100.0) as source, pytest.raises(SourceError) as error:
+        list(source)
     assert "between 100 s and the end" in one_line(error)
 
 
@@ -410,10 +408,9 @@ def test_stalled_live_stream_raises_in_the_consumer():
     url, server = serve_mpegts_tcp(4, 10, speed=20, stall_s=5)
     received = []
     started = time.monotonic()
-    with open_source(url, 10, timeout_s=0.5) as source:
-        with pytest.raises(SourceError) as error:
-            for frame in source:
-                received.append(frame)
+    with open_source(url, 10, timeout_s=0.5) as source, pytest.raises(SourceError) as error:
+        for frame in source:
+            received.append(frame)
     assert time.monotonic() - started < 4
     assert "no data for 0.5 s" in one_line(error)
     assert len(received) > 20  # what arrived before the stall was delivered first

@@ -7,7 +7,7 @@ transformers load inside the command.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -30,7 +30,7 @@ def bench(
         "--model", "-m", metavar="NAME|PATH",
         help="Hub id, local directory, or 'tiny' / 'tiny-llava-onevision' (random weights).",
     )] = "tiny",
-    arch: Annotated[Optional[str], typer.Option(
+    arch: Annotated[str | None, typer.Option(
         "--arch",
         help="Full-size architecture built with random weights (needs --random-weights): "
         "llava-onevision-0.5b, llava-onevision-7b, qwen2.5-vl-3b, qwen2.5-vl-7b.",
@@ -43,7 +43,7 @@ def bench(
         help="Skip the vision tower: random visual embeddings with the real token layout "
         "(measures the language model and the memory policy only).",
     )] = False,
-    video: Annotated[Optional[str], typer.Option(
+    video: Annotated[str | None, typer.Option(
         "--video", help="Stream this video file instead of synthetic frames (it must be long enough).",
     )] = None,
     fps: FpsOpt = defaults.FPS,
@@ -62,7 +62,7 @@ def bench(
     json_out: Annotated[bool, typer.Option(
         "--json", help="Print one JSON record per policy × stream length (details go to stderr).",
     )] = False,
-    plot: Annotated[Optional[str], typer.Option(
+    plot: Annotated[str | None, typer.Option(
         "--plot", help="Write a PNG of TTFT and memory against frames, one line per policy (needs matplotlib).",
     )] = None,
     debug: DebugOpt = False,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -19,31 +19,31 @@ from .factory import AnswerSettings, MemorySettings, ModelSettings, SessionSetti
 from .options import DebugOpt, DeviceOpt, DtypeOpt, MaxPixelsOpt, ModelOpt, PolicyOpt, PolicyOptsOpt
 
 TasksOpt = Annotated[
-    Optional[list[str]],
+    list[str] | None,
     typer.Option("--tasks", "-t", help="Only these tasks (repeatable or comma-separated, case-insensitive); see --dry-run for the names."),
 ]
 
 
 def evaluate(
     annotations: Annotated[Path, typer.Argument(help="Benchmark annotation JSON (HERMES / ReKV format).", show_default=False)],
-    videos_dir: Annotated[Optional[Path], typer.Option("--videos-dir", "-d", help="Folder holding the videos; annotation paths are remapped by file name (searched recursively).")] = None,
+    videos_dir: Annotated[Path | None, typer.Option("--videos-dir", "-d", help="Folder holding the videos; annotation paths are remapped by file name (searched recursively).")] = None,
     model: ModelOpt = None,
     policy: PolicyOpt = defaults.POLICY,
     budget: Annotated[int, typer.Option("--budget", "-b", help="Stream tokens kept per layer (papers: 4000; 6000 for RVS).")] = defaults.EVAL_BUDGET,
     policy_opt: PolicyOptsOpt = None,
     fps: Annotated[float, typer.Option("--fps", help="Frames sampled per second of video (papers: 0.5 for LLaVA-OV, 0.5-1 for Qwen2.5-VL).")] = 1.0,
     chunk: Annotated[int, typer.Option("--chunk", help="Frames per prefill chunk (papers: 16; even for Qwen-VL).")] = 16,
-    reindex: Annotated[Optional[str], typer.Option("--reindex", help="lazy, eager or off. Default: lazy when streaming, eager offline (as in the paper).")] = None,
-    offline: Annotated[Optional[bool], typer.Option("--offline/--streaming", help="Protocol. Default: streaming when the questions carry end times, else offline.", show_default=False)] = None,
+    reindex: Annotated[str | None, typer.Option("--reindex", help="lazy, eager or off. Default: lazy when streaming, eager offline (as in the paper).")] = None,
+    offline: Annotated[bool | None, typer.Option("--offline/--streaming", help="Protocol. Default: streaming when the questions carry end times, else offline.", show_default=False)] = None,
     tasks: TasksOpt = None,
-    limit: Annotated[Optional[int], typer.Option("--limit", "-n", help="Only the first N questions (after --tasks).")] = None,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Results JSONL, one record per question. Rerunning with the same file resumes: finished questions are skipped.")] = None,
-    summary_path: Annotated[Optional[Path], typer.Option("--summary", help="Summary JSON (default: next to --output, as NAME.summary.json).")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", "-n", help="Only the first N questions (after --tasks).")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Results JSONL, one record per question. Rerunning with the same file resumes: finished questions are skipped.")] = None,
+    summary_path: Annotated[Path | None, typer.Option("--summary", help="Summary JSON (default: next to --output, as NAME.summary.json).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only validate the annotations and count questions per task and missing videos.")] = False,
-    max_new_tokens: Annotated[Optional[int], typer.Option("--max-new-tokens", help="Longest answer (default: 16 for multiple choice, 128 open-ended).")] = None,
+    max_new_tokens: Annotated[int | None, typer.Option("--max-new-tokens", help="Longest answer (default: 16 for multiple choice, 128 open-ended).")] = None,
     history: Annotated[bool, typer.Option("--history", help="Keep earlier questions and answers of a stream in the prompt (default: each question alone, as the benchmarks score them).")] = False,
     npy_fps: Annotated[float, typer.Option("--npy-fps", help="Frame rate of videos stored as .npy frame arrays (RVS-Movie).")] = 1.0,
-    judge_url: Annotated[Optional[str], typer.Option("--judge-url", help="OpenAI-compatible endpoint (e.g. http://localhost:8000/v1) to judge open-ended answers.")] = None,
+    judge_url: Annotated[str | None, typer.Option("--judge-url", help="OpenAI-compatible endpoint (e.g. http://localhost:8000/v1) to judge open-ended answers.")] = None,
     judge_model: Annotated[str, typer.Option("--judge-model", help="Model name sent to the judge.")] = "gpt-3.5-turbo",
     judge_key_env: Annotated[str, typer.Option("--judge-key-env", help="Environment variable holding the judge's API key.")] = "OPENAI_API_KEY",
     max_pixels: MaxPixelsOpt = None,
@@ -78,8 +78,15 @@ def evaluate(
     """
     from ..evaluation.annotations import AnnotationError, load_annotations, problems_summary
     from ..evaluation.runner import (
-        EvalError, EvalSettings, VideoFinder, default_protocol, default_reindex, plan_jobs, run_eval,
-        select_questions, summarize,
+        EvalError,
+        EvalSettings,
+        VideoFinder,
+        default_protocol,
+        default_reindex,
+        plan_jobs,
+        run_eval,
+        select_questions,
+        summarize,
     )
 
     set_debug(debug)
@@ -123,7 +130,14 @@ def evaluate(
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     progress = Progress(
         TextColumn("[bold]eval[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 ModelOpt = Annotated[
-    Optional[str],
+    str | None,
     typer.Option(
         "--model", "-m", metavar="NAME|PATH",
         help="Hub id, local directory, or 'tiny' / 'tiny-llava-onevision' (random weights). "
@@ -17,13 +17,13 @@ ModelOpt = Annotated[
 PolicyOpt = Annotated[str, typer.Option("--policy", "-p", metavar="NAME", help="Memory policy (see `hermes policies`).")]
 BudgetOpt = Annotated[int, typer.Option("--budget", "-b", metavar="TOKENS", help="Stream tokens kept per layer (the memory cap).")]
 PolicyOptsOpt = Annotated[
-    Optional[list[str]],
+    list[str] | None,
     typer.Option("--policy-opt", metavar="KEY=VALUE", help="Policy parameter KEY=VALUE (repeatable), e.g. alpha=0.4."),
 ]
 FpsOpt = Annotated[float, typer.Option("--fps", metavar="FPS", help="Frames sampled per second of video.")]
 ChunkOpt = Annotated[int, typer.Option("--chunk", metavar="FRAMES", help="Frames per prefill chunk (even for Qwen-VL).")]
-DeviceOpt = Annotated[Optional[str], typer.Option("--device", metavar="DEVICE", help="cpu, cuda, cuda:1 … (default: GPU if present).")]
-DtypeOpt = Annotated[Optional[str], typer.Option("--dtype", metavar="DTYPE", help="auto, fp32, bf16, fp16 (default: bf16 on GPU, fp32 on CPU).")]
+DeviceOpt = Annotated[str | None, typer.Option("--device", metavar="DEVICE", help="cpu, cuda, cuda:1 … (default: GPU if present).")]
+DtypeOpt = Annotated[str | None, typer.Option("--dtype", metavar="DTYPE", help="auto, fp32, bf16, fp16 (default: bf16 on GPU, fp32 on CPU).")]
 ReindexOpt = Annotated[
     str,
     typer.Option("--reindex", metavar="MODE", help="Position re-indexing: lazy (near the limit), eager (every compression), off."),
@@ -35,10 +35,10 @@ PseudoQueryOpt = Annotated[
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object per answer (for scripts).")]
 MaxNewTokensOpt = Annotated[int, typer.Option("--max-new-tokens", metavar="N", help="Longest answer in tokens.")]
-SystemOpt = Annotated[Optional[str], typer.Option("--system", metavar="TEXT", help="System prompt.")]
+SystemOpt = Annotated[str | None, typer.Option("--system", metavar="TEXT", help="System prompt.")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")]
 MaxPixelsOpt = Annotated[
-    Optional[int],
+    int | None,
     typer.Option("--max-pixels", metavar="PIXELS", help="Qwen-VL: cap each frame's area (fewer tokens per frame), "
                  "e.g. 200704 (448×448). Default: the model's own setting. LLaVA-OneVision ignores it."),
 ]

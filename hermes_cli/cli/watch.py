@@ -4,23 +4,36 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
+from .. import defaults
 from .console import UserError, err, out, set_debug, warn
 from .factory import AnswerSettings, MemorySettings, ModelSettings, SessionSettings, build_session, open_frames
 from .options import (
-    BudgetOpt, ChunkOpt, DebugOpt, DeviceOpt, DtypeOpt, FpsOpt, JsonOpt, MaxNewTokensOpt, MaxPixelsOpt, ModelOpt,
-    PolicyOpt, PolicyOptsOpt, PseudoQueryOpt, ReindexOpt, SystemOpt,
+    BudgetOpt,
+    ChunkOpt,
+    DebugOpt,
+    DeviceOpt,
+    DtypeOpt,
+    FpsOpt,
+    JsonOpt,
+    MaxNewTokensOpt,
+    MaxPixelsOpt,
+    ModelOpt,
+    PolicyOpt,
+    PolicyOptsOpt,
+    PseudoQueryOpt,
+    ReindexOpt,
+    SystemOpt,
 )
-from .. import defaults
 
 
 def watch(
     source: Annotated[str, typer.Argument(metavar="SOURCE", help="Video file or URL (http/https/HLS, rtsp, rtmp, tcp, udp).")],
-    ask: Annotated[Optional[list[str]], typer.Option("--ask", "-a", metavar="QUESTION", help="Question answered at the end of the stream (repeatable).")] = None,
-    ask_at: Annotated[Optional[list[str]], typer.Option("--ask-at", metavar="TIME=QUESTION", help="TIME=QUESTION: ask when the stream reaches TIME (30s, 1:05).")] = None,
+    ask: Annotated[list[str] | None, typer.Option("--ask", "-a", metavar="QUESTION", help="Question answered at the end of the stream (repeatable).")] = None,
+    ask_at: Annotated[list[str] | None, typer.Option("--ask-at", metavar="TIME=QUESTION", help="TIME=QUESTION: ask when the stream reaches TIME (30s, 1:05).")] = None,
     model: ModelOpt = None,
     policy: PolicyOpt = defaults.POLICY,
     budget: BudgetOpt = defaults.BUDGET,
@@ -74,7 +87,7 @@ def watch(
 
 
 def chat(
-    source: Annotated[Optional[str], typer.Argument(metavar="[SOURCE]", help="A live URL (rtsp, rtmp, tcp, udp, http) — or, with --webcam, a camera device.")] = None,
+    source: Annotated[str | None, typer.Argument(metavar="[SOURCE]", help="A live URL (rtsp, rtmp, tcp, udp, http) — or, with --webcam, a camera device.")] = None,
     webcam: Annotated[bool, typer.Option("--webcam", help="Watch a camera (default: this platform's first camera).")] = False,
     list_devices: Annotated[bool, typer.Option("--list-devices", help="List the cameras found and exit.")] = False,
     model: ModelOpt = None,

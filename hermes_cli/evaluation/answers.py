@@ -28,11 +28,7 @@ _LONE_CAPITAL = re.compile(r"(?<![\w'])([A-Z])(?![\w'])")
 _WORD = re.compile(r"[a-z0-9]+")
 
 STOPWORDS = frozenset(
-    """a an the and or but of to in on at by for with from into onto over under is are was were be been
-    being it its it's this that these those there here they them their he she his her him i me my we our
-    you your as so than then do does did doing has have had having not no yes very can could will would
-    should may might some any all each which who whom what when where why how while also just about
-    up down out off again further once""".split()
+    ["a", "an", "the", "and", "or", "but", "of", "to", "in", "on", "at", "by", "for", "with", "from", "into", "onto", "over", "under", "is", "are", "was", "were", "be", "been", "being", "it", "its", "it's", "this", "that", "these", "those", "there", "here", "they", "them", "their", "he", "she", "his", "her", "him", "i", "me", "my", "we", "our", "you", "your", "as", "so", "than", "then", "do", "does", "did", "doing", "has", "have", "had", "having", "not", "no", "yes", "very", "can", "could", "will", "would", "should", "may", "might", "some", "any", "all", "each", "which", "who", "whom", "what", "when", "where", "why", "how", "while", "also", "just", "about", "up", "down", "out", "off", "again", "further", "once"]
 )
 
 

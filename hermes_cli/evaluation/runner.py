@@ -328,9 +328,9 @@ def run_eval(
     Returns all records of the selected questions (earlier and new) and a report of this run.
     ``session_factory`` gives a fresh session per stream; it is not called when nothing is left.
     """
+    from ..app.streaming import TimedQuestion, run_stream
     from ..engine.positions import PositionLimitError
     from ..sources import SourceError
-    from ..app.streaming import TimedQuestion, run_stream
 
     if settings.protocol not in PROTOCOLS:
         raise EvalError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {settings.protocol!r}")
@@ -464,7 +464,7 @@ def judge_records(records: list[dict], judge: Callable[[str, str, str], dict], o
     for r in todo:
         try:
             r["judge"] = judge(r["question"], r["answer"], r["prediction"])
-        except Exception as exc:  # noqa: BLE001 (a judge that fails leaves the record unjudged)
+        except Exception as exc:
             r["judge_error"] = str(exc)[:200]
         if on_progress:
             on_progress(1, "judging")

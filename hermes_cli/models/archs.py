@@ -20,6 +20,7 @@ import torch
 from .registry import ARCHS, ModelLoadError, resolve_arch
 from .tiny import LLAVA_SPECIALS, QWEN_SPECIALS, SEED, chat_template, make_tokenizer
 
+
 @dataclass(frozen=True)
 class BuildInfo:
     """What was built and how long it took."""

@@ -9,7 +9,16 @@ import torch
 from .base import ModelAdapter
 from .llava_onevision import LlavaOneVisionAdapter
 from .qwen_vl import QwenVLAdapter
-from .registry import BUILTIN, FAMILIES, WAY_OUT, ModelLoadError, check_model_name, family_of_type, in_hub_cache, model_from_env
+from .registry import (
+    BUILTIN,
+    FAMILIES,
+    WAY_OUT,
+    ModelLoadError,
+    check_model_name,
+    family_of_type,
+    in_hub_cache,
+    model_from_env,
+)
 from .tiny import tiny_llava_onevision, tiny_qwen
 
 # family name -> adapter class

@@ -90,7 +90,7 @@ def in_hub_cache(model_id: str) -> bool:
 
 
 def looks_like_path(name: str) -> bool:
-    return name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep != "/" and os.sep in name
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or (os.sep != "/" and os.sep in name)
 
 
 def check_model_name(name: str) -> None:
