@@ -16,7 +16,7 @@ from pathlib import Path
 
 from prompt_toolkit import PromptSession
 from prompt_toolkit.formatted_text import HTML
-from prompt_toolkit.history import FileHistory, InMemoryHistory
+from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings
 from prompt_toolkit.patch_stdout import patch_stdout
 
@@ -176,14 +176,14 @@ class Assistant:
         def _newline(event):
             event.current_buffer.insert_text("\n")
 
-        history = InMemoryHistory()
+        history: History = InMemoryHistory()
         if history_file is not None:
             try:
                 history_file.parent.mkdir(parents=True, exist_ok=True)
                 history = FileHistory(str(history_file))
             except OSError:
                 pass
-        self.prompt = PromptSession(
+        self.prompt: PromptSession[str] = PromptSession(
             history=history, key_bindings=bindings, bottom_toolbar=self._toolbar,
             refresh_interval=0.25, input=input, output=output,
         )

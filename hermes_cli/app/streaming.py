@@ -68,7 +68,7 @@ def run_stream(
     should_stop: Callable[[], bool] | None = None,
 ) -> list[AskedAnswer]:
     """Stream ``frames`` (objects with ``image`` and ``timestamp``) and answer ``questions``."""
-    timed = sorted((q for q in questions if q.at_s is not None), key=lambda q: q.at_s)
+    timed = sorted((q for q in questions if q.at_s is not None), key=lambda q: q.at_s or 0.0)
     at_end = [q for q in questions if q.at_s is None]
     answers: list[AskedAnswer] = []
 

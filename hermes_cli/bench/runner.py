@@ -34,7 +34,6 @@ import numpy as np
 import torch
 
 DEFAULT_STEPS = (16, 64, 256, 512)
-DEFAULT_POLICIES = ("hermes", "infinipot", "fifo", "full")
 DEFAULT_QUESTION = "What is happening in the video?"
 RECORD_FIELDS = (
     "policy", "frames", "ttft_ms", "tpot_ms", "peak_memory_bytes", "kv_bytes", "cache_tokens",
@@ -364,7 +363,7 @@ def plot_figure(records: list[BenchRecord], title: str = ""):
          lambda r: r.peak_memory_bytes / 2**20),
         ("KV cache (MiB)", lambda r: r.kv_bytes / 2**20),
     )
-    for ax, (label, value) in zip(axes, panels):
+    for ax, (label, value) in zip(axes, panels, strict=True):
         for name in dict.fromkeys(r.policy for r in records):
             rows = sorted((r for r in records if r.policy == name), key=lambda r: r.frames)
             ax.plot([r.frames for r in rows], [value(r) for r in rows], marker="o", label=name)

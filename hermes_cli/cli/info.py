@@ -14,7 +14,7 @@ def models(json_out: JsonOpt = False) -> None:
     from ..models.registry import BUILTIN, FAMILIES
 
     name, why = default_model()
-    rows = [
+    rows: list[dict] = [
         {"family": f.name, "model": m, "present": locally_present(m)}
         for f in FAMILIES for m in f.examples
     ]
@@ -39,7 +39,7 @@ def policies(json_out: JsonOpt = False) -> None:
     """List the memory policies, what each keeps, and their parameters."""
     from policies import POLICIES
 
-    data = [
+    data: list[dict] = [
         {
             "name": name,
             "keeps": cls.description,

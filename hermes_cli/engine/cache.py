@@ -23,7 +23,6 @@ from transformers.cache_utils import Cache, DynamicLayer
 from policies.base import LayerChoice, LayerTokens, Rotary
 
 KIND_PREFIX, KIND_VIDEO, KIND_SUMMARY, KIND_TEXT = 0, 1, 2, 3
-KIND_NAMES = {KIND_PREFIX: "prefix", KIND_VIDEO: "video", KIND_SUMMARY: "summary", KIND_TEXT: "text"}
 
 
 @dataclass
@@ -53,7 +52,7 @@ class TokenMeta:
             positions=positions,
         )
 
-    def select(self, index: Tensor) -> TokenMeta:
+    def select(self, index: Tensor | slice) -> TokenMeta:
         return TokenMeta(*(t[index] for t in self._fields()))
 
     def _fields(self) -> tuple[Tensor, ...]:
@@ -61,7 +60,7 @@ class TokenMeta:
 
     @staticmethod
     def cat(parts: list[TokenMeta]) -> TokenMeta:
-        return TokenMeta(*(torch.cat(ts) for ts in zip(*(p._fields() for p in parts))))
+        return TokenMeta(*(torch.cat(ts) for ts in zip(*(p._fields() for p in parts), strict=True)))
 
 
 class StreamLayer(DynamicLayer):
@@ -72,10 +71,19 @@ class StreamLayer(DynamicLayer):
     what stays is bit-identical.
     """
 
+    keys: Tensor  # (1, H, capacity, D) once initialised
+    values: Tensor
+
     def __init__(self) -> None:
         super().__init__()
         self.length = 0
         self.meta: TokenMeta | None = None
+
+    def held_meta(self) -> TokenMeta:
+        """The metadata of the tokens held (the layer must not be empty)."""
+        if self.meta is None:
+            raise RuntimeError("the cache is empty")
+        return self.meta
 
     def lazy_initialization(self, key_states: Tensor, value_states: Tensor) -> None:
         self.device = key_states.device
@@ -159,10 +167,7 @@ class StreamingCache(Cache):
         return self.stream_layers[0].length
 
     def meta(self, layer: int) -> TokenMeta:
-        m = self.stream_layers[layer].meta
-        if m is None:
-            raise RuntimeError("the cache is empty")
-        return m
+        return self.stream_layers[layer].held_meta()
 
     def prefix_length(self) -> int:
         if self.stream_layers[0].meta is None:
@@ -176,7 +181,7 @@ class StreamingCache(Cache):
     def stream_counts(self) -> list[int]:
         """Stream tokens (video + summary) per layer: what a budget counts."""
         video, summary = self.count(KIND_VIDEO), self.count(KIND_SUMMARY)
-        return [v + s for v, s in zip(video, summary)]
+        return [v + s for v, s in zip(video, summary, strict=True)]
 
     def kv_bytes(self) -> int:
         """Bytes of the keys and values held (not the spare capacity of the buffers)."""
@@ -187,19 +192,11 @@ class StreamingCache(Cache):
                 total += per_token * layer.keys.shape[0] * layer.length
         return total
 
-    def reserved_bytes(self) -> int:
-        """Bytes allocated for keys and values, spare capacity included."""
-        return sum(
-            l.keys.numel() * l.keys.element_size() + l.values.numel() * l.values.element_size()
-            for l in self.stream_layers
-            if l.is_initialized
-        )
-
     def max_positions(self) -> Tensor | None:
         """Per axis, the largest position held in any layer (None when empty)."""
         if self.stream_layers[0].meta is None or self.length == 0:
             return None
-        return torch.stack([l.meta.positions.max(dim=0).values for l in self.stream_layers]).max(dim=0).values
+        return torch.stack([l.held_meta().positions.max(dim=0).values for l in self.stream_layers]).max(dim=0).values
 
     # -- growing ------------------------------------------------------------------------------
     def new_ids(self, n: int) -> int:
@@ -264,8 +261,8 @@ class StreamingCache(Cache):
         if any(self.count(KIND_TEXT)):
             raise RuntimeError("compress only between questions")
         p = self.prefix_length()
-        summary_ids = [self.new_ids(1) if c.summary is not None else None for c in choices]
-        for layer, choice, sid in zip(self.stream_layers, choices, summary_ids):
+        summary_ids = [self.new_ids(1) if c.summary is not None else -1 for c in choices]
+        for layer, choice, sid in zip(self.stream_layers, choices, summary_ids, strict=True):
             n_stream = layer.length - p
             keep = choice.keep.to(device=layer.keys.device, dtype=torch.long)
             if keep.numel() and (keep.min() < 0 or keep.max() >= n_stream or (keep.diff() <= 0).any()):
@@ -275,7 +272,7 @@ class StreamingCache(Cache):
             # Advanced indexing copies the selection before it is written back, so in place is safe.
             layer.keys[:, :, :k] = layer.keys[:, :, index]
             layer.values[:, :, :k] = layer.values[:, :, index]
-            meta = layer.meta.select(index)
+            meta = layer.held_meta().select(index)
             if choice.summary is not None:
                 layer._reserve(k + 1)
                 s = choice.summary
@@ -294,7 +291,8 @@ class StreamingCache(Cache):
         """
         lay = self.stream_layers[layer]
         p = self.prefix_length()
-        old = lay.meta.positions[p : lay.length]
+        held = lay.held_meta()
+        old = held.positions[p : lay.length]
         if positions.shape != old.shape:
             raise ValueError(f"expected positions of shape {tuple(old.shape)}, got {tuple(positions.shape)}")
         positions = positions.to(old)
@@ -302,4 +300,4 @@ class StreamingCache(Cache):
         if bool((delta != 0).any()):
             keys = lay.keys[:, :, p : lay.length]
             keys.copy_(rotary.rotate(keys, delta))
-        lay.meta.positions = torch.cat([lay.meta.positions[:p], positions])
+        held.positions = torch.cat([held.positions[:p], positions])

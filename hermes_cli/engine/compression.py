@@ -92,7 +92,7 @@ def pseudo_query_attention(adapter: ModelAdapter, cache: StreamingCache, texts: 
         cache.rollback(mark)
     out: dict[str, list[Tensor]] = {}
     offset = 0
-    for name, n in zip(ids, sizes):
+    for name, n in zip(ids, sizes, strict=True):
         out[name] = [w[0, :, offset : offset + n].float().mean(dim=(0, 1))[p:length] for w in layer_weights]
         offset += n
     return out

@@ -75,7 +75,7 @@ def build_random_model(name: str, *, device: torch.device | str = "cpu", dtype: 
         with torch.no_grad(), no_init_weights(), torch.device(device):
             torch.set_default_dtype(dtype)
             model = cls(config)
-    except torch.OutOfMemoryError as exc:  # type: ignore[attr-defined]
+    except torch.OutOfMemoryError as exc:
         raise ModelLoadError(f"{key} does not fit on {device} in {dtype}: {exc}".splitlines()[0]) from exc
     finally:
         torch.set_default_dtype(previous)
@@ -131,7 +131,7 @@ def _llava_onevision(cfg: dict):
     text.update(bos_token_id=ids["pad"], eos_token_id=ids["eos"], pad_token_id=ids["pad"])
     vision = dict(cfg["vision_config"])
     size = vision["image_size"]
-    config = LlavaOnevisionConfig(
+    config = LlavaOnevisionConfig(  # type: ignore[call-arg]  # transformers' typed config __init__ omits inherited kwargs
         vision_config=vision,
         text_config=text,
         image_token_id=ids["image"],
@@ -165,7 +165,7 @@ def _qwen2_5_vl(cfg: dict):
     })
     text = dict(cfg["text_config"])
     text.update(bos_token_id=ids["pad"], eos_token_id=ids["eos"], pad_token_id=ids["pad"])
-    config = Qwen2_5_VLConfig(
+    config = Qwen2_5_VLConfig(  # type: ignore[call-arg]  # transformers' typed config __init__ omits inherited kwargs
         text_config=text,
         vision_config=dict(cfg["vision_config"]),
         video_token_id=ids["video"], image_token_id=ids["image"],

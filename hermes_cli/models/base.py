@@ -11,6 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -61,7 +62,7 @@ class ModelAdapter(ABC):
     # -- model facts ----------------------------------------------------------------------------
     @property
     @abstractmethod
-    def text_model(self) -> torch.nn.Module:
+    def text_model(self) -> Any:
         """The decoder-only language model (embeddings, layers, norm, rotary embedding)."""
 
     @property

@@ -7,8 +7,6 @@ earlier turns, the assistant header) is appended at question time and removed af
 
 from __future__ import annotations
 
-VIDEO_MARK = "\u0000HERMES_VIDEO\u0000"
-
 
 def conversation(question: str, history: list[tuple[str, str]], system_prompt: str | None) -> list[dict]:
     """Chat messages for ``history`` + ``question``; the video belongs to the first user turn."""

@@ -103,7 +103,8 @@ def _load_pretrained(name: str, device: torch.device, dtype: torch.dtype, max_pi
         raise ModelLoadError(f"{name} is a {config.model_type!r} model; supported types: {supported}")
     try:
         processor = AutoProcessor.from_pretrained(name)
-        model = AutoModelForImageTextToText.from_pretrained(name, dtype=dtype).to(device)
+        model = AutoModelForImageTextToText.from_pretrained(name, dtype=dtype)
+        model = model.to(device)  # type: ignore[arg-type]  # transformers types .to() too narrowly
     except Exception as exc:
         raise ModelLoadError(f"cannot load weights of {name!r}: {exc}".splitlines()[0]) from exc
     return ADAPTERS[family.name](model, processor, name=name, max_pixels=max_pixels)

@@ -67,7 +67,7 @@ def tiny_qwen(num_layers: int = 10, max_positions: int = 32768):
 
     tokenizer = make_tokenizer(QWEN_SPECIALS)
     ids = tokenizer.convert_tokens_to_ids
-    config = Qwen2_5_VLConfig(
+    config = Qwen2_5_VLConfig(  # type: ignore[call-arg]  # transformers' typed config __init__ omits inherited kwargs
         text_config=dict(
             hidden_size=64, intermediate_size=128, num_hidden_layers=num_layers, num_attention_heads=4,
             num_key_value_heads=2, vocab_size=512, max_position_embeddings=max_positions,
@@ -79,8 +79,8 @@ def tiny_qwen(num_layers: int = 10, max_positions: int = 32768):
             fullatt_block_indexes=[1], patch_size=14, spatial_merge_size=2, temporal_patch_size=2,
             tokens_per_second=2,
         ),
-        video_token_id=ids("<|video_pad|>"), image_token_id=ids("<|image_pad|>"),
-        vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"),
+        video_token_id=ids("<|video_pad|>"), image_token_id=ids("<|image_pad|>"),  # type: ignore[arg-type]  # transformers' typed config __init__ omits inherited kwargs
+        vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"),  # type: ignore[arg-type]  # transformers' typed config __init__ omits inherited kwargs
         bos_token_id=ids("<|endoftext|>"), eos_token_id=ids("<|im_end|>"), pad_token_id=ids("<|endoftext|>"),
     )
     size = {"shortest_edge": 56 * 56, "longest_edge": 112 * 84}
@@ -106,7 +106,7 @@ def tiny_llava_onevision(num_layers: int = 10, max_positions: int = 32768):
     tokenizer = make_tokenizer(LLAVA_SPECIALS)
     ids = tokenizer.convert_tokens_to_ids
     image_size, patch = 56, 14  # 4×4 patches, pooled to 2×2 = 4 tokens per frame
-    config = LlavaOnevisionConfig(
+    config = LlavaOnevisionConfig(  # type: ignore[call-arg]  # transformers' typed config __init__ omits inherited kwargs
         vision_config=dict(
             model_type="siglip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
             num_attention_heads=2, image_size=image_size, patch_size=patch,
