@@ -5,7 +5,10 @@ Video Understanding", NeurIPS 2025, arXiv 2506.15745). When a layer reaches the 
 ``|M| = budget`` it shrinks to ``|C| = int(ratio · budget)``; the freed room holds the next frames.
 Each layer keeps, in this order of priority:
 
-1. the most recent ``max(1, int(recent_fraction · f))`` of the ``f`` frames it holds;
+1. the most recent ``int(recent_fraction · f)`` units, where ``f = |M| // tokens_per_frame`` is the
+   number of units the cap holds (fixed: Algorithm 2 / Table A2 of the paper and the reference
+   code's ``int(current_frame_num · query_ratio)``, taken when the cache is full) — not the
+   number of distinct units a layer happens to hold, which grows as old units are thinned;
 2. Temporal-axis Redundancy (TaR): the older grid tokens least like the same patch in the
    recent frames, ``s_TaR = −mean_recent cos(K(t, patch), K(t', patch))``, up to
    ``int(alpha · |C|)`` tokens together with step 1;
@@ -58,18 +61,24 @@ class InfiniPotPolicy(Policy):
     def should_compress(self, n_tokens: int, budget: int | None) -> bool:
         return budget is not None and n_tokens >= budget
 
+    def recent_units(self, budget: int, tokens_per_frame: int) -> int:
+        """``int(r · f)`` with ``f = budget // tokens_per_frame``: the recent window in units."""
+        return int(self.recent_fraction * (budget // max(tokens_per_frame, 1)))
+
     def select(self, state: StreamState) -> list[LayerChoice]:
         target = self.target(state.budget)
         if at_rest(self, state):
             return keep_all(state)
+        recent_units = self.recent_units(state.budget, state.tokens_per_frame)
         return [
-            LayerChoice(self.select_layer(layer, index, state.num_layers, state.tokens_per_frame, target))
+            LayerChoice(self.select_layer(layer, index, state.num_layers, state.tokens_per_frame, target, recent_units))
             for index, layer in enumerate(state.layers)
         ]
 
-    def select_layer(self, layer: LayerTokens, index: int, num_layers: int, tokens_per_frame: int, target: int) -> Tensor:
-        """``target`` indices: recent frames, then TaR picks, then the largest value norms."""
-        recent = recent_frames_mask(layer.frame, self.recent_fraction)
+    def select_layer(self, layer: LayerTokens, index: int, num_layers: int, tokens_per_frame: int, target: int,
+                     recent_units: int) -> Tensor:
+        """``target`` indices: the newest ``recent_units`` units, then TaR picks, then the largest value norms."""
+        recent = recent_frames_mask(layer.frame, recent_units)
         novel = tar_picks(tar_scores(layer, recent, tokens_per_frame), int(self.alpha * target) - int(recent.sum()))
         tier = 2 * recent.long() + novel.long()
         return top_k_tiered(tier, self.salience(layer, index, num_layers, tokens_per_frame), target)
@@ -84,10 +93,11 @@ class InfiniPotPolicy(Policy):
         return pool_per_frame(van, layer, tokens_per_frame, width, kernel)
 
 
-def recent_frames_mask(frame: Tensor, fraction: float) -> Tensor:
-    """Tokens of the newest ``max(1, int(fraction · f))`` of the f frames held."""
+def recent_frames_mask(frame: Tensor, count: int) -> Tensor:
+    """Tokens of the newest ``count`` of the distinct units held (none when count <= 0)."""
+    if count <= 0:
+        return torch.zeros(frame.shape, dtype=torch.bool, device=frame.device)
     held = torch.unique(frame[frame >= 0])
-    count = max(1, int(fraction * held.numel()))
     return torch.isin(frame, held[-count:]) & (frame >= 0)
 
 

@@ -213,7 +213,7 @@ def test_tar_static_patch_is_redundant_and_changing_patch_is_not():
         [[2.0, 0.0], [3.0, 0.0]], [e1, e1],  # frame 2 (recent); norms do not matter
     ]
     tokens = grid_layer(keys, [0, 0, 0, 1, 1, 2, 2], [0, 1, 2, 0, 1, 0, 1])
-    recent = recent_frames_mask(tokens.frame, 0.125)  # max(1, int(0.375)) = 1 frame
+    recent = recent_frames_mask(tokens.frame, 1)  # the newest unit held
     assert recent.tolist() == [False] * 5 + [True, True]
     tar = tar_scores(tokens, recent, tokens_per_frame=2).tolist()
     assert tar[:2] == pytest.approx([-1.0, -0.5])  # static: -cos = -1; heads (0 + 1) / 2
@@ -223,10 +223,10 @@ def test_tar_static_patch_is_redundant_and_changing_patch_is_not():
 
 def test_tar_averages_over_recent_frames_and_skips_tokens_without_partner():
     e0, e1 = [[1.0, 0.0]], [[0.0, 1.0]]
-    # 4 frames × 2 patches, recent_fraction 0.5 -> frames 2, 3; frame 3 lost its patch 1
+    # 4 frames × 2 patches, 2 recent units -> frames 2, 3; frame 3 lost its patch 1
     keys = [e0, e0, e0, e1, e0, e0, e1]
     tokens = grid_layer(keys, [0, 0, 1, 1, 2, 2, 3], [0, 1, 0, 1, 0, 1, 0])
-    recent = recent_frames_mask(tokens.frame, 0.5)
+    recent = recent_frames_mask(tokens.frame, 2)
     tar = tar_scores(tokens, recent, tokens_per_frame=2).tolist()
     assert tar[0] == pytest.approx(-(1.0 + 0.0) / 2)  # frame 2 patch 0 = e0, frame 3 patch 0 = e1
     assert tar[2] == pytest.approx(-0.5)
@@ -286,8 +286,11 @@ def test_van_pooling_averages_a_frame_neighbourhood():
     # frame 0 scores the frame's mean norm, so ties keep the older tokens.
     norms = torch.tensor([1.0, 9.0, 2.0, 3.0, 1.0, 1.0, 1.0, 1.0])
     tokens = layer([0] * 4 + [1] * 4, [0, 1, 2, 3] * 2, keys=torch.randn(1, 8, 2), values=norms.view(1, 8, 1))
-    plain = make_policy("infinipot", alpha=0.0, ratio=0.625).select(state([tokens], 8, tokens_per_frame=4))
-    pooled = make_policy("infinipot", alpha=0.0, ratio=0.625, van_pool=True).select(state([tokens], 8, 4))
+    # |M| = 8 holds f = 2 units of 4 tokens; r = 0.5 -> 1 recent unit (frame 1)
+    plain = make_policy("infinipot", alpha=0.0, ratio=0.625, recent_fraction=0.5).select(state([tokens], 8, 4))
+    pooled = make_policy("infinipot", alpha=0.0, ratio=0.625, recent_fraction=0.5, van_pool=True).select(
+        state([tokens], 8, 4)
+    )
     assert plain[0].keep.tolist() == [1, 4, 5, 6, 7]  # the largest norm of frame 0 (9.0)
     assert pooled[0].keep.tolist() == [0, 4, 5, 6, 7]  # all of frame 0 score 3.75: the oldest wins
 
