@@ -143,15 +143,27 @@ def test_align_by_id_looks_up_unsorted_ids():
     assert align_by_id(values, torch.tensor([7, 3, 5]), torch.tensor([5, 6, 7, 3])).tolist() == [30.0, 0.0, 10.0, 20.0]
 
 
-def test_summary_value_is_mean_of_evicted_values_and_the_old_summary_is_folded():
-    # One layer: it is deep (int(0.1) = int(0.7) = 0). Budget 3: keep 2 + a summary.
+def summary_layer():
     values = torch.tensor([[[1.0, 0.0], [2.0, 0.0], [9.0, 9.0], [4.0, 2.0], [5.0, 0.0], [6.0, 4.0]]])
-    tokens = layer(
+    return layer(
         [0, 1, -1, 2, 3, 4], [0, 0, -1, 0, 0, 0], values=values, keys=torch.ones(1, 6, 2),
         summary=[False, False, True, False, False, False],
         attention={"global": torch.tensor([0.9, 0.1, 5.0, 0.8, 0.2, 0.3])},  # the old summary draws most
     )
-    (choice,) = make_policy("hermes").select(state([tokens], budget=3))
+
+
+def test_an_old_summary_competes_in_top_k_like_any_token():
+    # One layer: it is deep (int(0.1) = int(0.7) = 0). Budget 3: keep 2 + a summary.
+    (choice,) = make_policy("hermes").select(state([summary_layer()], budget=3))
+    assert choice.keep.tolist() == [0, 2]  # the old summary (5.0) and token 0 (0.9) win
+    # evicted: 1, 3, 4, 5 -> mean value ((2+4+5+6)/4, (0+2+0+4)/4)
+    torch.testing.assert_close(choice.summary.value, torch.tensor([[4.25, 1.5]]))
+    assert choice.summary.position.tolist() == [3]  # max kept position 2, + 1
+
+
+def test_summary_value_is_mean_of_evicted_values_and_the_old_summary_is_folded():
+    # fold_old_summary (ours): the old summary never stays as is.
+    (choice,) = make_policy("hermes", fold_old_summary=True).select(state([summary_layer()], budget=3))
     assert choice.keep.tolist() == [0, 3]  # the two best non-summary tokens
     # evicted: 1, 2 (old summary), 4, 5 -> mean value ((2+9+5+6)/4, (0+9+0+4)/4)
     torch.testing.assert_close(choice.summary.value, torch.tensor([[5.5, 3.25]]))
@@ -174,10 +186,12 @@ def test_summary_key_is_mean_of_phase_aligned_keys():
     assert not torch.allclose(unaligned.key, summary.key)
 
 
-def test_summary_position_is_per_axis_max_of_kept_plus_one():
+def test_summary_position_is_the_overall_max_of_kept_plus_one_or_per_axis():
     tokens = layer([0, 1, 2], [0, 0, 0], keys=torch.zeros(1, 3, 2), positions=[[5, 9, 1], [6, 2, 8], [9, 9, 9]])
     summary = fold_summary(tokens, keep=torch.tensor([0, 1]), evicted=torch.tensor([2]), rotary=None)
-    assert summary.position.tolist() == [7, 10, 9]
+    assert summary.position.tolist() == [10, 10, 10]  # official code: max over every axis, + 1, on all axes
+    per_axis = fold_summary(tokens, torch.tensor([0, 1]), torch.tensor([2]), rotary=None, per_axis=True)
+    assert per_axis.position.tolist() == [7, 10, 9]
 
 
 def test_pseudo_query_texts_before_and_after_a_question():
