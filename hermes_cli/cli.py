@@ -65,7 +65,7 @@ def _default_model_name() -> str:
 
 
 def build_session(model, policy, budget, policy_opts, fps, chunk, device, dtype, reindex, *,
-                  max_new_tokens=128, history=True, system_prompt=None, quiet=False, pseudo_query="forward",
+                  max_new_tokens=128, history=True, system_prompt=None, quiet=False, pseudo_query="approx",
                   max_pixels=None):
     """Load the model and policy (one-line errors) and open a session."""
     from .model_names import ModelLoadError, check_model_name
@@ -118,7 +118,7 @@ def watch(
     realtime: Annotated[bool, typer.Option("--realtime", help="Pace a file at real time instead of as fast as the model allows.")] = False,
     no_history: Annotated[bool, typer.Option("--no-history", help="Answer each question on its own (no earlier turns).")] = False,
     system: SystemOpt = None,
-    pseudo_query: PseudoQueryOpt = "forward",
+    pseudo_query: PseudoQueryOpt = "approx",
     max_pixels: MaxPixelsOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
@@ -169,7 +169,7 @@ def chat(
     reindex: ReindexOpt = "lazy",
     max_new_tokens: MaxNewTokensOpt = 128,
     system: SystemOpt = None,
-    pseudo_query: PseudoQueryOpt = "forward",
+    pseudo_query: PseudoQueryOpt = "approx",
     max_pixels: MaxPixelsOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,

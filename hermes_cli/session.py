@@ -47,7 +47,7 @@ class SessionConfig:
     history: bool = True
     reindex: str = "lazy"
     reindex_margin: int | None = None  # lazy: compact when the next position passes limit - margin
-    pseudo_query: str = "forward"  # "forward": true per-layer attention; "approx": the reference's shortcut
+    pseudo_query: str = "approx"  # "approx": the HERMES paper's method (default); "forward": a real forward (ours)
 
     def __post_init__(self) -> None:
         if self.reindex not in REINDEX_MODES:

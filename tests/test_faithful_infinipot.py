@@ -87,3 +87,50 @@ def test_the_window_does_not_grow_while_thinned_units_pile_up():
             assert int(picks.sum()) == 24 - int(recent.sum()) and bool(kept[picks | recent].all())
             stream.apply([choice])
     assert most_units_held > 2 * cap_units // 2  # thinned units really piled up (the old window grew with them)
+
+
+# ------------------------------------------------------------------- profile=reference
+
+
+def test_reference_tar_share_and_frame_count_follow_the_official_code():
+    paper, reference = make_policy("infinipot", alpha=0.3), make_policy("infinipot", alpha=0.3, profile="reference")
+    assert paper.tar_share(10) == 3  # int(0.3 · 10)
+    assert reference.tar_share(10) == 10 - round(0.7 * 10) == 3
+    assert paper.tar_share(7) == 2 and reference.tar_share(7) == 7 - round(4.9) == 2
+    assert make_policy("infinipot", alpha=0.5).tar_share(5) == 2  # int(2.5)
+    assert make_policy("infinipot", alpha=0.5, profile="reference").tar_share(5) == 5 - round(2.5) == 3  # banker's round
+    # f: the cap's frames (paper) or the layer's length at compression (official code's current_frame_num)
+    assert paper.recent_units(64, 4) == int(0.125 * 16) == 2
+    assert reference.recent_units(72, 4) == int(0.125 * 18) == 2
+
+
+def test_reference_pooling_matches_torch_average_pooling_with_counted_padding():
+    from policies.infinipot import pool_per_frame, pool_sequence
+    from tests.test_policies_formulas import layer
+
+    g = torch.Generator().manual_seed(2)
+    scores = torch.rand(12, generator=g)
+    expected = torch.nn.AvgPool1d(3, stride=1, padding=1)(scores.view(1, 1, -1)).view(-1)
+    torch.testing.assert_close(pool_sequence(scores, 3), expected)
+    # two whole frames of a 3 × 4 grid: each frame pooled 2-D, zero padding counted (count_include_pad)
+    frames = torch.rand(2, 3, 4, generator=g)
+    tokens = layer([0] * 12 + [1] * 12, list(range(12)) * 2)
+    pooled = pool_per_frame(frames.reshape(-1), tokens, 12, 4, 3, count_padding=True)
+    expected = torch.nn.AvgPool2d(3, stride=1, padding=1)(frames.unsqueeze(1)).reshape(-1)
+    torch.testing.assert_close(pooled, expected)
+
+
+def test_reference_pooling_by_quartile():
+    # 8 layers: quartiles 0..3 pool 2-D k7, 2-D k5, 1-D k3, none
+    policy = make_policy("infinipot", van_pool=True, profile="reference")
+    from tests.test_policies_formulas import layer
+
+    g = torch.Generator().manual_seed(4)
+    values = torch.rand(1, 8, 2, generator=g)
+    tokens = layer([0] * 4 + [1] * 4, [0, 1, 2, 3] * 2, values=values)
+    van = values.norm(dim=-1).mean(0)
+    torch.testing.assert_close(policy.salience(tokens, 7, 8, 4), van)
+    seq = torch.nn.AvgPool1d(3, stride=1, padding=1)(van.view(1, 1, -1)).view(-1)
+    torch.testing.assert_close(policy.salience(tokens, 4, 8, 4), seq)
+    grid = torch.nn.AvgPool2d(5, stride=1, padding=2)(van.view(2, 1, 2, 2)).reshape(-1)
+    torch.testing.assert_close(policy.salience(tokens, 2, 8, 4), grid)

@@ -170,6 +170,7 @@ OPTIONS = {
         "alpha": st.sampled_from([0.0, 0.5, 1.0]),
         "recent_fraction": st.sampled_from([0.125, 0.25, 1.0]),
         "van_pool": st.booleans(),
+        "profile": st.sampled_from(["paper", "reference"]),
     }),
     "hermes": st.fixed_dictionaries({
         "smoothing": st.booleans(), "summary": st.booleans(), "profile": st.sampled_from(["paper", "reference"]),
