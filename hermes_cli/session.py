@@ -48,12 +48,17 @@ class SessionConfig:
     reindex: str = "lazy"
     reindex_margin: int | None = None  # lazy: compact when the next position passes limit - margin
     pseudo_query: str = "approx"  # "approx": the HERMES paper's method (default); "forward": a real forward (ours)
+    reindex_spacing: str = "rank"  # "rank": plain dense rank per axis (paper Eq. 11, official code); "interval": ours
+    penalise_prompt: bool = False  # repetition penalty over the prompt too (ours); default: generated tokens only
+    pseudo_query_history: bool = True  # pseudo-queries follow the last Q/A even when the prompt has no history
 
     def __post_init__(self) -> None:
         if self.reindex not in REINDEX_MODES:
             raise ValueError(f"reindex must be one of {', '.join(REINDEX_MODES)}, got {self.reindex!r}")
         if self.pseudo_query not in ("forward", "approx"):
             raise ValueError(f"pseudo_query must be 'forward' or 'approx', got {self.pseudo_query!r}")
+        if self.reindex_spacing not in ("rank", "interval"):
+            raise ValueError(f"reindex_spacing must be 'rank' or 'interval', got {self.reindex_spacing!r}")
         if self.chunk_frames < 1:
             raise ValueError("chunk_frames must be at least 1")
         if self.fps <= 0:
@@ -161,12 +166,15 @@ class Session:
     def reindex(self) -> None:
         """Compact positions: the prefix stays, stream tokens get offset + dense rank per axis.
 
-        The temporal axis of M-RoPE keeps its native spacing (rank × interval), so a stream
-        with nothing evicted keeps its positions. Cached keys are rotated by the position delta
-        in place (no recomputation); the video clock continues after the compacted positions.
+        ``reindex_spacing="rank"`` (paper Eq. 11, official code): plain dense rank on every axis.
+        ``"interval"`` (ours): the temporal axis of M-RoPE keeps its native spacing (rank ×
+        interval), so a stream with nothing evicted keeps its positions. Cached keys are rotated
+        by the position delta in place (no recomputation); the video clock continues after the
+        compacted positions.
         """
         p = self.cache.prefix_length()
-        steps = [self.clock.interval] + [1.0] * (self.adapter.position_axes - 1)
+        spaced = self.config.reindex_spacing == "interval"
+        steps = [self.clock.interval if spaced else 1.0] + [1.0] * (self.adapter.position_axes - 1)
         distinct_units = 0
         for layer in range(self.cache.num_layers):
             old = self.cache.meta(layer).positions[p:]
@@ -174,10 +182,10 @@ class Session:
             self.cache.reposition(layer, new, self.adapter.rotary)
             distinct_units = max(distinct_units, int(torch.unique(new[:, 0]).numel()))
         self.reindex_count += 1
-        self.clock = VideoClock(
-            t_origin=p,
+        self.clock = VideoClock(  # rank: the next unit starts right after the compacted ones
+            t_origin=p if spaced else p + distinct_units,
             hw_origin=p,
-            unit_origin=self.units_seen - distinct_units,
+            unit_origin=self.units_seen - distinct_units if spaced else self.units_seen,
             interval=self.clock.interval,
         )
 
@@ -337,7 +345,7 @@ class Session:
                 yield answer.text
                 return
             yield from self._decode(answer, max_new_tokens or self.config.max_new_tokens, record_logits)
-        if self.config.history:
+        if self.config.history or self.config.pseudo_query_history:
             self.history.append((question, answer.text))
 
     def _decode(self, answer: Answer, max_new_tokens: int, record_logits: bool) -> Iterator[str]:
@@ -350,7 +358,7 @@ class Session:
         try:
             start = self.next_position()
             embeds, positions = self.adapter.embed(prompt), self.adapter.text_positions(start, prompt.shape[0])
-            seen = prompt.tolist()
+            seen = prompt.tolist() if self.config.penalise_prompt else []
             shown = ""
             for step in range(max_new_tokens):
                 hidden = self._forward(embeds, positions, KIND_TEXT)
