@@ -55,7 +55,9 @@ class InfiniPotPolicy(Policy):
 
     ratio: float = param(0.75, "|C| / |M|: tokens kept per layer after a compression, as a fraction of the cap")
     alpha: float = param(0.5, "share of |C| chosen by TaR (recent frames included); VaN fills the rest")
-    recent_fraction: float = param(0.125, "share of held frames kept as recent (paper 0.125; reference code 0.25)")
+    recent_fraction: float = param(
+        0.125, "r: the newest int(r · budget // tokens_per_frame) units are kept whole (paper 0.125; reference code 0.25)"
+    )
     van_pool: bool = param(False, "smooth each frame's value-norm map with layer-adaptive average pooling")
     van_grid_width: int = param(0, "tokens per row of a frame's grid for pooling; 0 = round(sqrt(tokens per frame))")
     profile: str = param(

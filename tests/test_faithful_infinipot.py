@@ -36,6 +36,7 @@ def test_the_recent_window_stays_at_r_times_the_cap_in_units(
     policy = make_policy("infinipot", recent_fraction=recent_fraction, alpha=alpha)
     stream = Stream(policy, spec)
     window = int(recent_fraction * cap_units)  # floor(r · |M| / tokens_per_frame)
+    assert policy.recent_units(budget, tokens_per_frame) == window
     target = policy.target(budget)
     compressions = 0
     for _ in range(spec.chunks):
