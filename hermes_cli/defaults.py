@@ -17,7 +17,9 @@ SYSTEM_PROMPT = "You are a helpful assistant."
 REINDEX_MODES = ("lazy", "eager", "off")
 REINDEX = "lazy"
 PSEUDO_QUERY_MODES = ("forward", "approx")
-PSEUDO_QUERY = "forward"
+PSEUDO_QUERY = "approx"  # the paper's method; "forward" (a real forward) is ours
+REINDEX_SPACINGS = ("rank", "interval")
+REINDEX_SPACING = "rank"  # paper Eq. 11; "interval" keeps M-RoPE's temporal spacing (ours)
 DTYPES = ("auto", "fp32", "float32", "bf16", "bfloat16", "fp16", "float16")
 
 # hermes eval: the papers' settings

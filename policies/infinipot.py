@@ -5,13 +5,24 @@ Video Understanding", NeurIPS 2025, arXiv 2506.15745). When a layer reaches the 
 ``|M| = budget`` it shrinks to ``|C| = int(ratio · budget)``; the freed room holds the next frames.
 Each layer keeps, in this order of priority:
 
-1. the most recent ``max(1, int(recent_fraction · f))`` of the ``f`` frames it holds;
+1. the most recent ``int(recent_fraction · f)`` units, where ``f = |M| // tokens_per_frame`` is the
+   number of units the cap holds (fixed: Algorithm 2 / Table A2 of the paper and the reference
+   code's ``int(current_frame_num · query_ratio)``, taken when the cache is full) — not the
+   number of distinct units a layer happens to hold, which grows as old units are thinned;
 2. Temporal-axis Redundancy (TaR): the older grid tokens least like the same patch in the
    recent frames, ``s_TaR = −mean_recent cos(K(t, patch), K(t', patch))``, up to
    ``int(alpha · |C|)`` tokens together with step 1;
 3. Value Norm (VaN): the largest ``‖V‖₂`` fills the rest, optionally smoothed per frame by the
    layer-adaptive spatial average pooling (kernel 7 / 5 / 3 / 1 by layer quartile, as in the
    reference code; its kernel-3 quartile pools 1-D, here it is 2-D like the others).
+
+``profile=reference`` follows the official code where it differs from the paper's text: the
+frame count ``f`` is taken from the layer's length at compression (``n // tokens_per_frame``),
+TaR's share is ``|C| − round((1 − α)·|C|)``, and pooling (``van_pool``) divides by the full
+window (zero padding counts), pools 1-D over the token sequence with kernel 3 in the third
+quartile, none in the last. Not reproduced: the official code selects per KV head (here one set
+per layer from head-averaged scores; the cache holds one token set per layer) and matches TaR
+partners by position slot (here by (frame, patch) identity, which stays right after thinning).
 
 Scores are averaged over KV heads (per-layer selection). Tokens are matched to their grid
 partner by (frame, patch) identity, so frames already thinned by earlier steps work; a token
@@ -42,6 +53,8 @@ from .base import (
 )
 
 POOL_KERNELS = (7, 5, 3, 1)  # by layer quartile, shallowest first
+REFERENCE_POOLING = ((2, 7), (2, 5), (1, 3), (0, 1))  # official code: (dimensions, kernel) by quartile; 0 = none
+PROFILES = ("paper", "reference")
 
 
 @dataclass
@@ -51,15 +64,23 @@ class InfiniPotPolicy(Policy):
 
     ratio: float = param(0.75, "|C| / |M|: tokens kept per layer after a compression, as a fraction of the cap")
     alpha: float = param(0.5, "share of |C| chosen by TaR (recent frames included); VaN fills the rest")
-    recent_fraction: float = param(0.125, "share of held frames kept as recent (paper 0.125; reference code 0.25)")
+    recent_fraction: float = param(
+        0.125, "r: the newest int(r · budget // tokens_per_frame) units are kept whole (paper 0.125; reference code 0.25)"
+    )
     van_pool: bool = param(False, "smooth each frame's value-norm map with layer-adaptive average pooling")
     van_grid_width: int = param(0, "tokens per row of a frame's grid for pooling; 0 = round(sqrt(tokens per frame))")
+    profile: str = param(
+        "paper",
+        "paper: the paper's method; reference: the official code's frame count, TaR share and pooling "
+        "(not its per-head selection)",
+    )
 
     def __post_init__(self) -> None:
         require(0 < self.ratio <= 1, f"infinipot.ratio must be in (0, 1], got {self.ratio}")
         require(0 <= self.alpha <= 1, f"infinipot.alpha must be in [0, 1], got {self.alpha}")
         require(0 < self.recent_fraction <= 1, f"infinipot.recent_fraction must be in (0, 1], got {self.recent_fraction}")
         require(self.van_grid_width >= 0, f"infinipot.van_grid_width must be >= 0, got {self.van_grid_width}")
+        require(self.profile in PROFILES, f"infinipot.profile must be one of {', '.join(PROFILES)}, got {self.profile!r}")
 
     def target(self, budget: int | None, tokens_per_frame: int = 1) -> int | None:
         return None if budget is None else int(self.ratio * budget)
@@ -67,36 +88,62 @@ class InfiniPotPolicy(Policy):
     def should_compress(self, n_tokens: int, budget: int | None) -> bool:
         return budget is not None and n_tokens >= budget
 
+    def recent_units(self, budget: int, tokens_per_frame: int) -> int:
+        """``int(r · f)`` with ``f = budget // tokens_per_frame``: the recent window in units.
+
+        Under ``profile=reference`` pass the layer's length as ``budget`` (the official code's f).
+        """
+        return int(self.recent_fraction * (budget // max(tokens_per_frame, 1)))
+
+    def tar_share(self, target: int) -> int:
+        """Tokens of |C| for recent + TaR: ``int(α·|C|)`` (paper), ``|C| − round((1 − α)·|C|)`` (reference)."""
+        return target - round((1 - self.alpha) * target) if self.profile == "reference" else int(self.alpha * target)
+
     def select(self, state: StreamState) -> list[LayerChoice]:
         target = self.target(state.budget)
         if at_rest(self, state):
             return keep_all(state)
-        return [
-            LayerChoice(self.select_layer(layer, index, state.num_layers, state.tokens_per_frame, target))
-            for index, layer in enumerate(state.layers)
-        ]
+        choices = []
+        for index, layer in enumerate(state.layers):
+            cap = layer.n if self.profile == "reference" else state.budget
+            recent_units = self.recent_units(cap, state.tokens_per_frame)
+            choices.append(LayerChoice(
+                self.select_layer(layer, index, state.num_layers, state.tokens_per_frame, target, recent_units)
+            ))
+        return choices
 
-    def select_layer(self, layer: LayerTokens, index: int, num_layers: int, tokens_per_frame: int, target: int) -> Tensor:
-        """``target`` indices: recent frames, then TaR picks, then the largest value norms."""
-        recent = recent_frames_mask(layer.frame, self.recent_fraction)
-        novel = tar_picks(tar_scores(layer, recent, tokens_per_frame), int(self.alpha * target) - int(recent.sum()))
+    def select_layer(self, layer: LayerTokens, index: int, num_layers: int, tokens_per_frame: int, target: int,
+                     recent_units: int) -> Tensor:
+        """``target`` indices: the newest ``recent_units`` units, then TaR picks, then the largest value norms."""
+        recent = recent_frames_mask(layer.frame, recent_units)
+        novel = tar_picks(tar_scores(layer, recent, tokens_per_frame), self.tar_share(target) - int(recent.sum()))
         tier = 2 * recent.long() + novel.long()
         return top_k_tiered(tier, self.salience(layer, index, num_layers, tokens_per_frame), target)
 
     def salience(self, layer: LayerTokens, index: int, num_layers: int, tokens_per_frame: int) -> Tensor:
         """VaN, pooled per frame when ``van_pool`` is on and the layer's kernel is above 1."""
         van = value_norms(layer.values)
-        kernel = pool_kernel(index, num_layers)
-        if not self.van_pool or kernel == 1:
+        if not self.van_pool:
             return van
         width = self.van_grid_width or max(1, round(math.sqrt(tokens_per_frame)))
+        if self.profile == "reference":
+            dims, kernel = REFERENCE_POOLING[min(3, index // max(1, num_layers // 4))]
+            if dims == 0:
+                return van
+            if dims == 1:
+                return pool_sequence(van, kernel)
+            return pool_per_frame(van, layer, tokens_per_frame, width, kernel, count_padding=True)
+        kernel = pool_kernel(index, num_layers)
+        if kernel == 1:
+            return van
         return pool_per_frame(van, layer, tokens_per_frame, width, kernel)
 
 
-def recent_frames_mask(frame: Tensor, fraction: float) -> Tensor:
-    """Tokens of the newest ``max(1, int(fraction · f))`` of the f frames held."""
+def recent_frames_mask(frame: Tensor, count: int) -> Tensor:
+    """Tokens of the newest ``count`` of the distinct units held (none when count <= 0)."""
+    if count <= 0:
+        return torch.zeros(frame.shape, dtype=torch.bool, device=frame.device)
     held = torch.unique(frame[frame >= 0])
-    count = max(1, int(fraction * held.numel()))
     return torch.isin(frame, held[-count:]) & (frame >= 0)
 
 
@@ -143,10 +190,20 @@ def pool_kernel(index: int, num_layers: int) -> int:
     return POOL_KERNELS[min(len(POOL_KERNELS) - 1, len(POOL_KERNELS) * index // num_layers)]
 
 
-def pool_per_frame(scores: Tensor, layer: LayerTokens, tokens_per_frame: int, width: int, kernel: int) -> Tensor:
+def pool_sequence(scores: Tensor, kernel: int) -> Tensor:
+    """1-D average over ``kernel`` neighbours along the token sequence, zero-padded, divided by ``kernel``."""
+    padded = F.pad(scores.double(), (kernel // 2 + 1, kernel // 2))
+    running = padded.cumsum(-1)
+    return ((running[kernel:] - running[:-kernel]) / kernel).to(scores.dtype)
+
+
+def pool_per_frame(scores: Tensor, layer: LayerTokens, tokens_per_frame: int, width: int, kernel: int,
+                   count_padding: bool = False) -> Tensor:
     """Average each grid token's score with its held neighbours in a ``kernel²`` window of its frame.
 
-    Missing patches (evicted earlier) and the padding do not count; other tokens are unchanged.
+    Missing patches (evicted earlier) and the padding do not count, unless ``count_padding``
+    (the official code's zero-padded average: always divide by ``kernel²``); other tokens are
+    unchanged.
     """
     grid = on_grid(layer, tokens_per_frame)
     frames, rank = torch.unique(layer.frame[grid], return_inverse=True)
@@ -156,7 +213,8 @@ def pool_per_frame(scores: Tensor, layer: LayerTokens, tokens_per_frame: int, wi
     total.index_put_(cell, scores[grid].double())
     count = torch.zeros_like(total).index_put_(cell, torch.ones_like(total[cell]))
     shape = (frames.numel(), rows, width)
-    window_mean = box_sum(total.view(shape), kernel) / box_sum(count.view(shape), kernel)
+    divisor = torch.full_like(total.view(shape), kernel * kernel) if count_padding else box_sum(count.view(shape), kernel)
+    window_mean = box_sum(total.view(shape), kernel) / divisor
     pooled = scores.clone()
     pooled[grid] = window_mean.reshape(frames.numel(), -1)[cell].to(scores.dtype)
     return pooled

@@ -63,7 +63,8 @@ def test_a_budget_larger_than_the_stream_changes_nothing(tiny_llava, policy):
 
 @pytest.mark.parametrize("mode", ["forward", "approx"])
 def test_hermes_in_the_engine_keeps_layers_equal_with_one_deep_summary(tiny_qwen, mode):
-    session = session_for(tiny_qwen, "hermes", 60, pseudo_query=mode)
+    session = Session(tiny_qwen, make_policy("hermes", fold_old_summary=True),
+                      SessionConfig(chunk_frames=4, budget=60, repetition_penalty=1.0, pseudo_query=mode))
     for start in range(0, 24, 4):
         session.ingest(moving_square_frames(4, seed=start), [float(start + i) for i in range(4)])
         lengths = {layer.length for layer in session.cache.stream_layers}

@@ -150,15 +150,27 @@ def test_align_by_id_looks_up_unsorted_ids():
     assert align_by_id(values, torch.tensor([7, 3, 5]), torch.tensor([5, 6, 7, 3])).tolist() == [30.0, 0.0, 10.0, 20.0]
 
 
-def test_summary_value_is_mean_of_evicted_values_and_the_old_summary_is_folded():
-    # One layer: it is deep (int(0.1) = int(0.7) = 0). Budget 3: keep 2 + a summary.
+def summary_layer():
     values = torch.tensor([[[1.0, 0.0], [2.0, 0.0], [9.0, 9.0], [4.0, 2.0], [5.0, 0.0], [6.0, 4.0]]])
-    tokens = layer(
+    return layer(
         [0, 1, -1, 2, 3, 4], [0, 0, -1, 0, 0, 0], values=values, keys=torch.ones(1, 6, 2),
         summary=[False, False, True, False, False, False],
         attention={"global": torch.tensor([0.9, 0.1, 5.0, 0.8, 0.2, 0.3])},  # the old summary draws most
     )
-    (choice,) = make_policy("hermes").select(state([tokens], budget=3))
+
+
+def test_an_old_summary_competes_in_top_k_like_any_token():
+    # One layer: it is deep (int(0.1) = int(0.7) = 0). Budget 3: keep 2 + a summary.
+    (choice,) = make_policy("hermes").select(state([summary_layer()], budget=3))
+    assert choice.keep.tolist() == [0, 2]  # the old summary (5.0) and token 0 (0.9) win
+    # evicted: 1, 3, 4, 5 -> mean value ((2+4+5+6)/4, (0+2+0+4)/4)
+    torch.testing.assert_close(choice.summary.value, torch.tensor([[4.25, 1.5]]))
+    assert choice.summary.position.tolist() == [3]  # max kept position 2, + 1
+
+
+def test_summary_value_is_mean_of_evicted_values_and_the_old_summary_is_folded():
+    # fold_old_summary (ours): the old summary never stays as is.
+    (choice,) = make_policy("hermes", fold_old_summary=True).select(state([summary_layer()], budget=3))
     assert choice.keep.tolist() == [0, 3]  # the two best non-summary tokens
     # evicted: 1, 2 (old summary), 4, 5 -> mean value ((2+9+5+6)/4, (0+9+0+4)/4)
     torch.testing.assert_close(choice.summary.value, torch.tensor([[5.5, 3.25]]))
@@ -181,10 +193,12 @@ def test_summary_key_is_mean_of_phase_aligned_keys():
     assert not torch.allclose(unaligned.key, summary.key)
 
 
-def test_summary_position_is_per_axis_max_of_kept_plus_one():
+def test_summary_position_is_the_overall_max_of_kept_plus_one_or_per_axis():
     tokens = layer([0, 1, 2], [0, 0, 0], keys=torch.zeros(1, 3, 2), positions=[[5, 9, 1], [6, 2, 8], [9, 9, 9]])
     summary = fold_summary(tokens, keep=torch.tensor([0, 1]), evicted=torch.tensor([2]), rotary=None)
-    assert summary.position.tolist() == [7, 10, 9]
+    assert summary.position.tolist() == [10, 10, 10]  # official code: max over every axis, + 1, on all axes
+    per_axis = fold_summary(tokens, torch.tensor([0, 1]), torch.tensor([2]), rotary=None, per_axis=True)
+    assert per_axis.position.tolist() == [7, 10, 9]
 
 
 def test_pseudo_query_texts_before_and_after_a_question():
@@ -220,7 +234,7 @@ def test_tar_static_patch_is_redundant_and_changing_patch_is_not():
         [[2.0, 0.0], [3.0, 0.0]], [e1, e1],  # frame 2 (recent); norms do not matter
     ]
     tokens = grid_layer(keys, [0, 0, 0, 1, 1, 2, 2], [0, 1, 2, 0, 1, 0, 1])
-    recent = recent_frames_mask(tokens.frame, 0.125)  # max(1, int(0.375)) = 1 frame
+    recent = recent_frames_mask(tokens.frame, 1)  # the newest unit held
     assert recent.tolist() == [False] * 5 + [True, True]
     tar = tar_scores(tokens, recent, tokens_per_frame=2).tolist()
     assert tar[:2] == pytest.approx([-1.0, -0.5])  # static: -cos = -1; heads (0 + 1) / 2
@@ -230,10 +244,10 @@ def test_tar_static_patch_is_redundant_and_changing_patch_is_not():
 
 def test_tar_averages_over_recent_frames_and_skips_tokens_without_partner():
     e0, e1 = [[1.0, 0.0]], [[0.0, 1.0]]
-    # 4 frames × 2 patches, recent_fraction 0.5 -> frames 2, 3; frame 3 lost its patch 1
+    # 4 frames × 2 patches, 2 recent units -> frames 2, 3; frame 3 lost its patch 1
     keys = [e0, e0, e0, e1, e0, e0, e1]
     tokens = grid_layer(keys, [0, 0, 1, 1, 2, 2, 3], [0, 1, 0, 1, 0, 1, 0])
-    recent = recent_frames_mask(tokens.frame, 0.5)
+    recent = recent_frames_mask(tokens.frame, 2)
     tar = tar_scores(tokens, recent, tokens_per_frame=2).tolist()
     assert tar[0] == pytest.approx(-(1.0 + 0.0) / 2)  # frame 2 patch 0 = e0, frame 3 patch 0 = e1
     assert tar[2] == pytest.approx(-0.5)
@@ -293,8 +307,11 @@ def test_van_pooling_averages_a_frame_neighbourhood():
     # frame 0 scores the frame's mean norm, so ties keep the older tokens.
     norms = torch.tensor([1.0, 9.0, 2.0, 3.0, 1.0, 1.0, 1.0, 1.0])
     tokens = layer([0] * 4 + [1] * 4, [0, 1, 2, 3] * 2, keys=torch.randn(1, 8, 2), values=norms.view(1, 8, 1))
-    plain = make_policy("infinipot", alpha=0.0, ratio=0.625).select(state([tokens], 8, tokens_per_frame=4))
-    pooled = make_policy("infinipot", alpha=0.0, ratio=0.625, van_pool=True).select(state([tokens], 8, 4))
+    # |M| = 8 holds f = 2 units of 4 tokens; r = 0.5 -> 1 recent unit (frame 1)
+    plain = make_policy("infinipot", alpha=0.0, ratio=0.625, recent_fraction=0.5).select(state([tokens], 8, 4))
+    pooled = make_policy("infinipot", alpha=0.0, ratio=0.625, recent_fraction=0.5, van_pool=True).select(
+        state([tokens], 8, 4)
+    )
     assert plain[0].keep.tolist() == [1, 4, 5, 6, 7]  # the largest norm of frame 0 (9.0)
     assert pooled[0].keep.tolist() == [0, 4, 5, 6, 7]  # all of frame 0 score 3.75: the oldest wins
 

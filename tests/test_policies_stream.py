@@ -17,7 +17,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies import POLICIES, LayerChoice, LayerTokens, Policy, StreamState, make_policy
-from policies.hermes import layer_roles
 
 FIELDS = ("keys", "values", "token_id", "frame", "patch", "positions", "is_summary")
 
@@ -170,8 +169,13 @@ OPTIONS = {
         "alpha": st.sampled_from([0.0, 0.5, 1.0]),
         "recent_fraction": st.sampled_from([0.125, 0.25, 1.0]),
         "van_pool": st.booleans(),
+        "profile": st.sampled_from(["paper", "reference"]),
     }),
-    "hermes": st.fixed_dictionaries({"smoothing": st.booleans(), "summary": st.booleans()}),
+    "hermes": st.fixed_dictionaries({
+        "smoothing": st.booleans(), "summary": st.booleans(), "profile": st.sampled_from(["paper", "reference"]),
+        "smooth_by_identity": st.booleans(), "fold_old_summary": st.booleans(),
+        "summary_position_per_axis": st.booleans(),
+    }),
 }
 
 
@@ -223,13 +227,18 @@ def check_whole_frames(stream: Stream) -> None:
 
 
 def check_summaries(stream: Stream, choices: list[LayerChoice], before: list[dict]) -> None:
-    """hermes: once anything was evicted, deep layers hold one summary, never kept as a token."""
-    roles = layer_roles(stream.spec.num_layers, stream.policy.shallow_fraction, stream.policy.deep_fraction)
-    for layer, choice, old, role in zip(stream.layers, choices, before, roles):
-        expected = 1 if stream.policy.summary and role.kind == "deep" else 0
-        assert int(layer["is_summary"].sum()) == expected
-        if expected:
-            assert not bool(old["is_summary"][choice.keep].any())
+    """hermes: once anything was evicted, deep layers hold a new summary; with fold_old_summary
+    exactly one (an old one is never kept), otherwise old ones may stay by competing in top-k."""
+    policy = stream.policy
+    for layer, choice, old, role in zip(stream.layers, choices, before, policy.roles(stream.spec.num_layers)):
+        deep = policy.summary and role.kind == "deep"
+        held = int(layer["is_summary"].sum())
+        if not deep:
+            assert held == 0
+        elif policy.fold_old_summary:
+            assert held == 1 and not bool(old["is_summary"][choice.keep].any())
+        else:
+            assert choice.summary is not None and 1 <= held <= stream.compressions + 1
 
 
 def run(stream: Stream) -> None:
@@ -288,7 +297,7 @@ def test_a_budget_larger_than_the_stream_equals_full(name, data):
 def test_hermes_keeps_one_summary_through_questions_and_history():
     spec = Spec(seed=3, chunks=40, tokens_per_frame=3, max_frames_per_chunk=2, newline=True, axes=3,
                 num_layers=10, budget=9)
-    stream = Stream(make_policy("hermes"), spec)
+    stream = Stream(make_policy("hermes", fold_old_summary=True), spec)
     history = (("What is on the table?", "A cup."),)
     for _ in range(spec.chunks):
         stream.append_chunk()

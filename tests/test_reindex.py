@@ -58,7 +58,7 @@ def test_eager_without_eviction_keeps_the_one_shot_equivalence(adapter):
     """Nothing evicted, positions compacted (1-D: unchanged; M-RoPE: the temporal step collapses):
     streamed logits equal one uncached forward at the compacted positions."""
     frames = moving_square_frames(8)
-    session = stream(adapter, frames, 4, reindex="eager")
+    session = stream(adapter, frames, 4, reindex="eager", reindex_spacing="interval")
     session.positions.reindex(session.units_seen)
     assert session.positions.reindex_count == 1
     answer = session.answer("What is happening?", max_new_tokens=4, record_logits=True)
@@ -93,7 +93,8 @@ def test_reindex_rotates_keys_like_a_forward_at_the_new_positions(tiny_qwen):
 def test_compaction_keeps_the_temporal_spacing_and_the_clock_continues(tiny_qwen):
     """After fifo evicts the oldest units, eager compaction closes the gap in steps of the
     temporal interval, and the next chunk continues one interval after the last unit."""
-    session = Session(tiny_qwen, make_policy("fifo"), SessionConfig(chunk_frames=4, budget=48, reindex="eager"))
+    session = Session(tiny_qwen, make_policy("fifo"),
+                      SessionConfig(chunk_frames=4, budget=48, reindex="eager", reindex_spacing="interval"))
     session.ingest(moving_square_frames(16), [float(i) for i in range(16)])
     assert session.positions.reindex_count == session.compressions >= 1
     p = session.cache.prefix_length()
@@ -106,7 +107,7 @@ def test_compaction_keeps_the_temporal_spacing_and_the_clock_continues(tiny_qwen
 
 
 def test_full_policy_past_the_limit_says_to_use_a_budget(short_model):
-    session = Session(short_model, make_policy("full"), SessionConfig(chunk_frames=4, budget=None))
+    session = Session(short_model, make_policy("full"), SessionConfig(chunk_frames=4, budget=None, reindex_spacing="interval"))
     with pytest.raises(PositionLimitError, match="keeps every token: use one with a budget"):
         for start in range(0, 400, 8):
             session.ingest(moving_square_frames(8, seed=start), [float(start + i) for i in range(8)])

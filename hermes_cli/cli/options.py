@@ -30,8 +30,9 @@ ReindexOpt = Annotated[
 ]
 PseudoQueryOpt = Annotated[
     str,
-    typer.Option("--pseudo-query", metavar="MODE", help="How attention-scored policies (hermes) read attention: forward "
-                 "(a real forward of the pseudo-query on the cache) or approx (the reference code's shortcut)."),
+    typer.Option("--pseudo-query", metavar="MODE", help="How attention-scored policies (hermes) read attention: approx "
+                 "(the paper's method: raw embeddings through each layer's norm and projections) or forward "
+                 "(a real forward of the pseudo-query on the cache)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object per answer (for scripts).")]
 MaxNewTokensOpt = Annotated[int, typer.Option("--max-new-tokens", metavar="N", help="Longest answer in tokens.")]

@@ -169,6 +169,10 @@ class StreamingCache(Cache):
     def meta(self, layer: int) -> TokenMeta:
         return self.stream_layers[layer].held_meta()
 
+    def held_keys(self) -> list[Tensor]:
+        """Every layer's cached keys (1, H, length, D): views, not copies."""
+        return [layer.stored_keys() for layer in self.stream_layers]
+
     def prefix_length(self) -> int:
         if self.stream_layers[0].meta is None:
             return 0

@@ -76,8 +76,9 @@ def pseudo_query_attention(adapter: ModelAdapter, cache: StreamingCache, texts: 
     p, length = cache.prefix_length(), cache.length
     ids = {name: adapter.tokens(text) for name, text in texts.items()}
     if mode == "approx":
+        keys = cache.held_keys()
         weights = {
-            name: adapter.approx_attention(adapter.embed(t), adapter.text_positions(start, t.shape[0]), cache)
+            name: adapter.approx_attention(adapter.embed(t), adapter.text_positions(start, t.shape[0]), keys)
             for name, t in ids.items()
         }
         return {name: [w[0].float().mean(dim=(0, 1))[p:length] for w in ws] for name, ws in weights.items()}

@@ -23,7 +23,10 @@ class SessionConfig:
     history: bool = True
     reindex: str = defaults.REINDEX
     reindex_margin: int | None = None  # lazy: compact when the next position passes limit - margin
-    pseudo_query: str = defaults.PSEUDO_QUERY  # "forward": true per-layer attention; "approx": the paper's shortcut
+    pseudo_query: str = defaults.PSEUDO_QUERY  # "approx": the paper's method; "forward": a real forward (ours)
+    reindex_spacing: str = defaults.REINDEX_SPACING  # "rank": dense rank per axis (Eq. 11); "interval": ours
+    penalise_prompt: bool = False  # repetition penalty over the prompt too (ours); default: generated tokens only
+    pseudo_query_history: bool = True  # pseudo-queries follow the last Q/A even when the prompt carries no history
 
     def __post_init__(self) -> None:
         if self.reindex not in defaults.REINDEX_MODES:
@@ -32,6 +35,8 @@ class SessionConfig:
             raise ValueError(
                 f"--pseudo-query must be one of {', '.join(defaults.PSEUDO_QUERY_MODES)}, got {self.pseudo_query!r}"
             )
+        if self.reindex_spacing not in defaults.REINDEX_SPACINGS:
+            raise ValueError(f"reindex spacing must be one of {', '.join(defaults.REINDEX_SPACINGS)}, got {self.reindex_spacing!r}")
         if self.chunk_frames < 1:
             raise ValueError(f"--chunk must be at least 1 frame, got {self.chunk_frames}")
         if self.fps <= 0:

@@ -21,10 +21,11 @@ from .records import Answer
 
 def greedy_answer(adapter: ModelAdapter, cache: StreamingCache, positions: PositionTracker, prompt: Tensor,
                   answer: Answer, *, max_new_tokens: int, repetition_penalty: float,
-                  record_logits: bool = False) -> Iterator[str]:
+                  penalise_prompt: bool = False, record_logits: bool = False) -> Iterator[str]:
     """Append ``prompt`` after the cache, decode greedily and yield text as it becomes valid UTF-8.
 
-    Fills ``answer`` (text, tokens, TTFT, TPOT). The cache is rolled back to exactly what it held
+    The repetition penalty covers the generated tokens (and the prompt too with
+    ``penalise_prompt``). Fills ``answer`` (text, tokens, TTFT, TPOT). The cache is rolled back to exactly what it held
     before, also when the consumer stops early (the generator is closed).
     """
     eos = adapter.eos_token_ids
@@ -34,7 +35,7 @@ def greedy_answer(adapter: ModelAdapter, cache: StreamingCache, positions: Posit
     try:
         where = positions.text(prompt.shape[0])
         embeds = adapter.embed(prompt)
-        seen = prompt.tolist()
+        seen = prompt.tolist() if penalise_prompt else []
         shown = ""
         for step in range(max_new_tokens):
             hidden = prefill(adapter, cache, embeds, where, KIND_TEXT)

@@ -28,11 +28,12 @@ class PositionTracker:
     """
 
     def __init__(self, adapter: ModelAdapter, cache: StreamingCache, fps: float, mode: str,
-                 margin: int | None = None) -> None:
+                 margin: int | None = None, spacing: str = "rank") -> None:
         self.adapter = adapter
         self.cache = cache
         self.fps = fps
         self.mode = mode
+        self.spacing = spacing
         self.limit = adapter.max_positions
         self.margin = margin if margin is not None else min(1024, self.limit // 4)
         self.reindex_count = 0
@@ -77,18 +78,23 @@ class PositionTracker:
     def reindex(self, units_seen: int) -> None:
         """Compact positions: the prefix stays, stream tokens get offset + dense rank per axis.
 
-        The temporal axis of M-RoPE keeps its native spacing (rank × interval), so a stream with
-        nothing evicted keeps its positions. Cached keys are rotated by the position delta in
-        place (no recomputation); the video clock continues after the compacted positions.
+        ``spacing="rank"`` (paper Eq. 11, official code): plain dense rank on every axis, and the
+        next unit starts right after the compacted ones. ``"interval"`` (ours): the temporal axis
+        of M-RoPE keeps its native spacing (rank × interval), so a stream with nothing evicted
+        keeps its positions. Cached keys are rotated by the position delta in place (no
+        recomputation).
         """
         cache = self.cache
         p = cache.prefix_length()
-        steps = [self.clock.interval] + [1.0] * (self.adapter.position_axes - 1)
+        spaced = self.spacing == "interval"
+        steps = [self.clock.interval if spaced else 1.0] + [1.0] * (self.adapter.position_axes - 1)
         distinct_units = 0
         for layer in range(cache.num_layers):
             new = compact_positions(cache.meta(layer).positions[p:], p, steps)
             cache.reposition(layer, new, self.adapter.rotary)
             distinct_units = max(distinct_units, int(torch.unique(new[:, 0]).numel()))
         self.reindex_count += 1
-        self.clock = VideoClock(t_origin=p, hw_origin=p, unit_origin=units_seen - distinct_units,
-                                interval=self.clock.interval)
+        if spaced:
+            self.clock = VideoClock(p, p, units_seen - distinct_units, self.clock.interval)
+        else:
+            self.clock = VideoClock(p + distinct_units, p, units_seen, self.clock.interval)

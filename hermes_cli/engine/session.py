@@ -64,7 +64,7 @@ class Session:
         self.lock = threading.RLock()
         self.cache = StreamingCache(adapter.num_layers)
         self.positions = PositionTracker(adapter, self.cache, self.config.fps, self.config.reindex,
-                                         self.config.reindex_margin)
+                                         self.config.reindex_margin, self.config.reindex_spacing)
         self.history: list[tuple[str, str]] = []
         self.frames_seen = 0
         self.units_seen = 0
@@ -185,9 +185,9 @@ class Session:
             yield from greedy_answer(
                 self.adapter, self.cache, self.positions, self.adapter.tokens(text), answer,
                 max_new_tokens=max_new_tokens, repetition_penalty=self.config.repetition_penalty,
-                record_logits=record_logits,
+                penalise_prompt=self.config.penalise_prompt, record_logits=record_logits,
             )
-        if self.config.history:
+        if self.config.history or self.config.pseudo_query_history:
             self.history.append((answer.question, answer.text))
 
     # -- readouts -----------------------------------------------------------------------------

@@ -9,6 +9,7 @@ language model on explicit positions over a ``StreamingCache``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -186,11 +187,15 @@ class ModelAdapter(ABC):
             self.text_model.set_attn_implementation(previous)
 
     @torch.no_grad()
-    def approx_attention(self, embeds: Tensor, positions: Tensor, cache) -> list[Tensor]:
-        """The reference code's cheap pseudo-query attention, per layer (1, heads, q, cached).
+    def approx_attention(self, embeds: Tensor, positions: Tensor, cached_keys: Sequence[Tensor]) -> list[Tensor]:
+        """The HERMES paper's cheap pseudo-query attention, per layer (1, heads, q, cached + q).
 
-        Queries are the raw token embeddings through each layer's query projection (no hidden
-        states), rotated at ``positions``; keys are the cached ones. Nothing is appended.
+        As in the paper and its reference code: every layer takes the *raw* token embeddings
+        (no hidden states from the layers below) through its ``input_layernorm`` and its query
+        and key projections, rotated at ``positions``. The softmax runs over the cached keys
+        followed by the pseudo-query's own keys, with no causal mask, in float32 (the reference's
+        fp16 softmax is a precision quirk, not kept). ``cached_keys`` holds each layer's cached
+        keys (1, kv_heads, cached, D); columns ``[:cached]`` of the result are theirs.
         """
         embeds = embeds.to(self.dtype)
         cos, sin = self.text_model.rotary_emb(embeds, self.position_ids(positions))
@@ -198,9 +203,12 @@ class ModelAdapter(ABC):
         weights = []
         for index, layer in enumerate(self.text_model.layers):
             attn = layer.self_attn
-            q = attn.q_proj(embeds).view(1, embeds.shape[1], -1, attn.head_dim).transpose(1, 2).float()
+            normed = layer.input_layernorm(embeds)
+            q = attn.q_proj(normed).view(1, embeds.shape[1], -1, attn.head_dim).transpose(1, 2).float()
+            own = attn.k_proj(normed).view(1, embeds.shape[1], -1, attn.head_dim).transpose(1, 2).float()
             q = q * cos + rotate_half(q) * sin
-            keys = cache.stream_layers[index].stored_keys().float()
+            own = own * cos + rotate_half(own) * sin
+            keys = torch.cat([cached_keys[index].float(), own], dim=-2)
             keys = keys.repeat_interleave(q.shape[1] // keys.shape[1], dim=1)
             weights.append(torch.softmax(q @ keys.transpose(-1, -2) * attn.scaling, dim=-1))
         return weights
