@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-TINY_NAMES = ("tiny", "tiny-qwen2.5-vl", "tiny-llava-onevision")
+TINY_NAMES = ("tiny", "tiny-qwen2.5-vl", "tiny-llava-onevision", "tiny-qwen3-vl", "tiny-qwen3-vl-moe")
 WAY_OUT = "pass a local directory with --model PATH, or try --model tiny"
 
 

@@ -226,7 +226,8 @@ class Session:
         times = [t for _, t in items]
         with self.lock:
             t0 = time.perf_counter()
-            chunk = self.adapter.encode(frames, self.units_seen)
+            timed = {"times": times} if getattr(self.adapter, "takes_frame_times", False) else {}
+            chunk = self.adapter.encode(frames, self.units_seen, **timed)
             positions = self._positions_for(chunk)
             self._forward(chunk.embeds, positions, KIND_VIDEO, chunk)
             prefill_ms = (time.perf_counter() - t0) * 1e3

@@ -10,13 +10,16 @@ import torch
 from ..model_names import TINY_NAMES, WAY_OUT, ModelLoadError, check_model_name, in_hub_cache, model_from_env
 from .base import EncodedChunk, ModelAdapter, VideoClock
 from .llava_onevision import LlavaOneVisionAdapter
+from .qwen3_vl import Qwen3VLAdapter
 from .qwen_vl import QwenVLAdapter
-from .tiny import tiny_llava_onevision, tiny_qwen
+from .tiny import tiny_llava_onevision, tiny_qwen, tiny_qwen3_vl
 
 ADAPTERS: dict[str, type[ModelAdapter]] = {
     "qwen2_5_vl": QwenVLAdapter,
     "qwen2_vl": QwenVLAdapter,
     "llava_onevision": LlavaOneVisionAdapter,
+    "qwen3_vl": Qwen3VLAdapter,
+    "qwen3_vl_moe": Qwen3VLAdapter,
 }
 
 
@@ -32,6 +35,8 @@ FAMILIES = (
            ("Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen2.5-VL-3B-Instruct", "Qwen/Qwen2-VL-7B-Instruct")),
     Family("llava-onevision", ("llava_onevision",),
            ("llava-hf/llava-onevision-qwen2-7b-ov-hf", "llava-hf/llava-onevision-qwen2-0.5b-ov-hf")),
+    Family("qwen3-vl", ("qwen3_vl", "qwen3_vl_moe"),
+           ("Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-4B-Instruct", "Qwen/Qwen3-VL-30B-A3B-Instruct")),
 )
 
 
@@ -86,6 +91,8 @@ def load_model(name: str | None = None, *, device: str | None = None, dtype: str
     if name in TINY_NAMES:
         extra = {k: v for k, v in (("num_layers", num_layers), ("max_positions", max_positions)) if v}
         build, cls = (tiny_llava_onevision, LlavaOneVisionAdapter) if "llava" in name else (tiny_qwen, QwenVLAdapter)
+        if "qwen3" in name:
+            build, cls = (lambda **kw: tiny_qwen3_vl(moe=name.endswith("-moe"), **kw)), Qwen3VLAdapter
         model, processor = build(**extra)
         if dev.type == "cpu":
             torch.set_num_threads(1)  # tiny matrices: more threads only add synchronisation

@@ -1,0 +1,142 @@
+"""Qwen3-VL (dense and MoE) streamed chunk by chunk equals the model's own one-shot forward.
+
+The reference is the official pipeline end to end: the processor's prompt for the whole video
+(its own ``<t seconds>`` markers from the frame times), its pixel values, and the model's own
+``forward`` — which embeds, scatters the cells, adds DeepStack and computes positions with its
+own ``get_rope_index``. Nothing of the adapter is used to build it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers.video_utils import VideoMetadata
+
+from hermes_cli.models import load_model
+from hermes_cli.models.chat import conversation
+from hermes_cli.models.qwen3_vl import patch_timestamps, timestamp_text
+from hermes_cli.session import Session, SessionConfig
+from tests.conftest import moving_square_frames
+
+FRAMES = 8
+FPS = 2.0  # frame i at i / 2 s: timestamps 0.2, 1.2, … (two frames averaged per patch)
+
+
+@pytest.fixture(scope="module", params=["tiny-qwen3-vl", "tiny-qwen3-vl-moe"])
+def qwen3(request):
+    return load_model(request.param, device="cpu", dtype="fp32")
+
+
+def stream(adapter, frames, chunk, times=None, **config):
+    session = Session(adapter, config=SessionConfig(chunk_frames=chunk, budget=None, repetition_penalty=1.0,
+                                                    fps=FPS, **config))
+    session.ingest(frames, times if times is not None else [i / FPS for i in range(len(frames))])
+    session.flush()
+    return session
+
+
+def processor_inputs(adapter, frames, question, system_prompt, times=None):
+    """The processor's own inputs for the whole video, its frames at ``times`` (default i / FPS)."""
+    indices = list(range(len(frames))) if times is None else None
+    fps = FPS
+    if times is not None:  # arbitrary times: as frame indices of a 1000 fps clock
+        fps, indices = 1000.0, [round(t * 1000) for t in times]
+    text = adapter.processor.apply_chat_template(
+        conversation(question, [], system_prompt), add_generation_prompt=True, tokenize=False
+    )
+    metadata = VideoMetadata(total_num_frames=len(frames), fps=fps, frames_indices=indices)
+    return adapter.processor(text=[text], videos=[frames], video_metadata=[metadata], do_sample_frames=False,
+                             cap_pixels_per_frame=True, return_tensors="pt")
+
+
+def one_shot_logits(adapter, inputs, answer_ids):
+    """Logits of one uncached forward of the model (its own positions and DeepStack) over prompt · answer."""
+    extra = torch.tensor([answer_ids], dtype=torch.long)
+    ids = torch.cat([inputs["input_ids"], extra], dim=1)
+    types = torch.cat([inputs["mm_token_type_ids"], torch.zeros_like(extra)], dim=1)
+    with torch.inference_mode():
+        out = adapter.model(input_ids=ids, mm_token_type_ids=types, pixel_values_videos=inputs["pixel_values_videos"],
+                            video_grid_thw=inputs["video_grid_thw"], use_cache=False)
+    return out.logits[0].float(), ids[0], types
+
+
+def streamed_sequence(session, question):
+    """Ids and positions of prefix · video held in the cache · question, as the session laid them out."""
+    adapter = session.adapter
+    prefix = adapter.tokens(adapter.prefix_text(session.config.system_prompt))
+    return prefix, adapter.tokens(adapter.question_text(question, [], session.config.system_prompt))
+
+
+@pytest.mark.parametrize("chunk", [2, 4, 8])
+def test_streamed_answer_equals_the_models_own_forward(qwen3, chunk):
+    frames = moving_square_frames(FRAMES)
+    session = stream(qwen3, frames, chunk)
+    answer = session.answer("What is happening in the video?", max_new_tokens=6, record_logits=True)
+    inputs = processor_inputs(qwen3, frames, answer.question, session.config.system_prompt)
+    logits, ids, types = one_shot_logits(qwen3, inputs, answer.tokens)
+
+    # The same tokens: the stream's prefix, chunks and question are the processor's prompt.
+    prefix, question = streamed_sequence(session, answer.question)
+    chunks = [qwen3.encode(frames[i : i + chunk], i // 2, times=[(i + j) / FPS for j in range(chunk)])
+              for i in range(0, FRAMES, chunk)]
+    streamed_ids = torch.cat([prefix, *(c.input_ids for c in chunks), question])
+    assert torch.equal(streamed_ids, inputs["input_ids"][0])
+    stamps = [s for c in chunks for s in c.timestamps]
+    assert stamps == patch_timestamps([i / FPS for i in range(FRAMES)], 2) == [0.25, 1.25, 2.25, 3.25]
+    assert timestamp_text(stamps[0]) == "<0.2 seconds>"  # the processor's format, rounded half to even
+
+    # The same positions: the cache's equal the model's own get_rope_index for this video.
+    expected, _ = qwen3.model.model.get_rope_index(ids.unsqueeze(0), mm_token_type_ids=types,
+                                                   video_grid_thw=inputs["video_grid_thw"])
+    held = session.cache.meta(0).positions
+    assert torch.equal(held.T, expected[:, 0, : held.shape[0]])
+    assert session.next_position() == int(expected[:, 0, held.shape[0]].max())
+
+    first = ids.shape[0] - len(answer.tokens) - 1
+    worst = max(float(torch.max(torch.abs(s - logits[first + k]))) for k, s in enumerate(answer.step_logits))
+    assert worst <= 1e-5, worst
+    assert logits[first : first + len(answer.tokens)].argmax(-1).tolist() == answer.tokens
+    if len(answer.step_logits) > len(answer.tokens):  # stopped on an end-of-turn token
+        assert int(logits[first + len(answer.tokens)].argmax()) in qwen3.eos_token_ids
+
+
+def test_timestamps_are_those_of_the_frames_actually_sampled(qwen3):
+    """Irregular frame times (a variable-rate source): the markers follow them, as the processor's do."""
+    frames = moving_square_frames(8)
+    times = [0.0, 0.4, 1.5, 1.9, 3.0, 3.1, 7.2, 8.0]
+    session = stream(qwen3, frames, 4, times=times)
+    inputs = processor_inputs(qwen3, frames, "When?", session.config.system_prompt, times=times)
+    text = qwen3.tokenizer.decode(inputs["input_ids"][0])
+    for stamp in ("<0.2 seconds>", "<1.7 seconds>", "<3.0 seconds>", "<7.6 seconds>"):
+        assert stamp in text
+    prefix, question = streamed_sequence(session, "When?")
+    chunks = [qwen3.encode(frames[i : i + 4], i // 2, times=times[i : i + 4]) for i in (0, 4)]
+    assert torch.equal(torch.cat([prefix, *(c.input_ids for c in chunks), question]), inputs["input_ids"][0])
+    held = session.cache.meta(0).positions
+    assert held.shape[0] == prefix.shape[0] + sum(c.input_ids.shape[0] for c in chunks)
+
+
+def test_deepstack_reaches_the_prefill(qwen3):
+    """Without DeepStack the streamed logits differ: the features are really injected per chunk."""
+    frames = moving_square_frames(4)
+    with_ds = stream(qwen3, frames, 2).answer("What?", max_new_tokens=1, record_logits=True).step_logits[0]
+    original = qwen3.model.model.visual.deepstack_visual_indexes
+    qwen3.model.model.visual.deepstack_visual_indexes = []
+    try:
+        without = stream(qwen3, frames, 2).answer("What?", max_new_tokens=1, record_logits=True).step_logits[0]
+    finally:
+        qwen3.model.model.visual.deepstack_visual_indexes = original
+    assert torch.max(torch.abs(with_ds - without)) > 1e-3
+
+
+def test_text_tokens_of_a_patch_belong_to_its_unit(qwen3):
+    """Timestamp, vision start and end tokens carry their patch's unit, off the cell grid."""
+    chunk = qwen3.encode(moving_square_frames(4), 5, times=[10.0, 10.5, 11.0, 11.5])
+    text = chunk.row < 0
+    assert torch.equal(chunk.input_ids != qwen3.video_token_id, text)
+    assert torch.equal(torch.unique(chunk.unit), torch.tensor([5, 6]))
+    cells = chunk.layout[0][1] * chunk.layout[0][2]
+    assert bool((chunk.patch[text] >= cells).all()) and bool((chunk.patch[~text] < cells).all())
+    first = chunk.unit == 5  # the first patch's tokens come first, timestamp then cells then end
+    assert bool(first[: int(first.sum())].all())
+    assert qwen3.tokenizer.decode(chunk.input_ids[: chunk.layout[0][0]]) == "<10.2 seconds><|vision_start|>"
