@@ -140,3 +140,99 @@ def test_text_tokens_of_a_patch_belong_to_its_unit(qwen3):
     first = chunk.unit == 5  # the first patch's tokens come first, timestamp then cells then end
     assert bool(first[: int(first.sum())].all())
     assert qwen3.tokenizer.decode(chunk.input_ids[: chunk.layout[0][0]]) == "<10.2 seconds><|vision_start|>"
+
+
+# -- re-indexing ------------------------------------------------------------------------------------
+LIMIT = 256
+
+
+def test_reindex_rotates_keys_like_a_forward_at_the_new_positions(qwen3):
+    """Every layer's cached keys moved by the rotary delta (interleaved M-RoPE, read from the
+    model) equal, at layer 0, a fresh prefill of the same chunks at the new positions."""
+    from hermes_cli.rope import compact_positions
+
+    assert qwen3.rotary.interleaved and qwen3.rotary.mrope_section == (4, 2, 2)
+    frames = moving_square_frames(8)
+    session = stream(qwen3, frames, 4)
+    p = session.cache.prefix_length()
+    old = session.cache.meta(0).positions[p:].clone()
+    new = compact_positions(old, p)  # dense ranks per axis: the cells' h/w gaps and text steps close
+    assert not torch.equal(old, new)
+    for layer in range(session.cache.num_layers):
+        session.cache.reposition(layer, new, qwen3.rotary)
+    fresh = Session(qwen3, config=SessionConfig(chunk_frames=4, budget=None, fps=FPS))
+    start = 0
+    for i in (0, 4):
+        chunk = qwen3.encode(frames[i : i + 4], i // 2, times=[(i + j) / FPS for j in range(4)])
+        n = chunk.embeds.shape[1]
+        qwen3.forward(chunk.embeds, new[start : start + n], fresh.cache)
+        start += n
+    moved = session.cache.stream_layers[0].stored_keys()[0, :, p:]
+    expected = fresh.cache.stream_layers[0].stored_keys()[0, :, p:]
+    assert float(torch.max(torch.abs(moved - expected)) / expected.abs().max()) < 1e-4
+
+
+@pytest.fixture(scope="module", params=["tiny-qwen3-vl", "tiny-qwen3-vl-moe"])
+def short_qwen3(request):
+    return load_model(request.param, device="cpu", dtype="fp32", max_positions=LIMIT)
+
+
+@pytest.mark.parametrize("mode", ["lazy", "eager"])
+def test_a_stream_past_the_position_limit_keeps_answering(short_qwen3, mode):
+    from policies import make_policy
+
+    session = Session(short_qwen3, make_policy("fifo"),
+                      SessionConfig(chunk_frames=4, budget=120, reindex=mode, max_new_tokens=3, fps=FPS))
+    answers = []
+    for start in range(0, 96, 8):
+        session.ingest(moving_square_frames(8, seed=start), [(start + i) / FPS for i in range(8)])
+        answers.append(session.answer("what now?", record_logits=True))
+    stats = session.stats()["positions"]
+    # 48 patches of 12 timestamp/start tokens, 12 cells (3×4) and an end: 17 positions each
+    assert 48 * 17 > 3 * LIMIT
+    nxt = stats["next"] if isinstance(stats["next"], int) else max(stats["next"])
+    assert nxt < LIMIT and stats["limit"] == LIMIT
+    assert stats["reindex_count"] >= 1
+    if mode == "eager":
+        assert stats["reindex_count"] == session.compressions
+    for answer in answers:
+        assert answer.tokens and all(torch.isfinite(logits).all() for logits in answer.step_logits)
+    for layer in range(session.cache.num_layers):  # the prefix never moves
+        prefix = session.cache.meta(layer).positions[: session.cache.prefix_length()]
+        assert torch.equal(prefix[:, 0], torch.arange(prefix.shape[0]))
+
+
+# -- policies end to end -------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def two_minutes(tmp_path_factory):
+    from tests.media import make_video
+
+    path = tmp_path_factory.mktemp("media") / "two-minutes.mp4"
+    make_video(path, seconds=120, fps=2, size=(160, 120), scene_change_at=60)
+    return str(path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["full", "fifo", "sink", "uniform", "infinipot", "hermes"])
+def test_every_policy_keeps_a_two_minute_stream_under_budget(two_minutes, policy):
+    """The same end-to-end check as for the other families, through the CLI on tiny Qwen3-VL."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from hermes_cli.cli import app
+
+    result = CliRunner().invoke(app, ["watch", two_minutes, "--model", "tiny-qwen3-vl", "--policy", policy,
+                                      "--budget", "512", "--ask", "What changed?", "--max-new-tokens", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    (record,) = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    cache = record["cache"]
+    assert record["frames_seen"] == 120
+    assert len(set(cache["tokens_per_layer"])) == 1
+    if policy == "full":  # 60 patches of 4×5 cells, each with its timestamp, start and end tokens
+        assert cache["budget"] is None and max(cache["video_tokens_per_layer"]) > 60 * 20
+    else:
+        assert cache["budget"] == 512 and cache["compressions"] >= 1
+        assert max(cache["stream_tokens_per_layer"]) <= 512
+        assert max(cache["video_tokens_per_layer"]) <= 512
+    assert record["prefill_ms_last_chunk"] > 0
