@@ -236,3 +236,21 @@ def test_every_policy_keeps_a_two_minute_stream_under_budget(two_minutes, policy
         assert max(cache["stream_tokens_per_layer"]) <= 512
         assert max(cache["video_tokens_per_layer"]) <= 512
     assert record["prefill_ms_last_chunk"] > 0
+
+
+# -- full-size architectures -----------------------------------------------------------------------------
+@pytest.mark.parametrize("name, billions", [("qwen3-vl-2b", 2.1), ("qwen3-vl-4b", 4.4), ("qwen3-vl-8b", 8.8)])
+def test_full_size_configs_build_the_real_architecture(name, billions):
+    """The shipped configs build Qwen3-VL (on the meta device: no memory) of the published size,
+    and the text-only estimate agrees with the built language model."""
+    from hermes_cli.models.random_arch import _qwen3_vl, arch_config, parameter_estimate
+
+    config, _, cls = _qwen3_vl(arch_config(name))
+    with torch.device("meta"):
+        model = cls(config)
+    total = sum(p.numel() for p in model.parameters())
+    text = sum(p.numel() for p in model.model.language_model.parameters())
+    text += 0 if config.tie_word_embeddings else model.lm_head.weight.numel()
+    assert total == pytest.approx(billions * 1e9, rel=0.05)
+    assert parameter_estimate(name) == text
+    assert config.text_config.rope_parameters["mrope_interleaved"]
