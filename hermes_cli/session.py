@@ -9,6 +9,7 @@ thread and a questioning one.
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from collections.abc import Iterator
@@ -226,7 +227,7 @@ class Session:
         times = [t for _, t in items]
         with self.lock:
             t0 = time.perf_counter()
-            timed = {"times": times} if getattr(self.adapter, "takes_frame_times", False) else {}
+            timed = {"times": times} if "times" in inspect.signature(self.adapter.encode).parameters else {}
             chunk = self.adapter.encode(frames, self.units_seen, **timed)
             positions = self._positions_for(chunk)
             self._forward(chunk.embeds, positions, KIND_VIDEO, chunk)

@@ -254,3 +254,34 @@ def test_full_size_configs_build_the_real_architecture(name, billions):
     assert total == pytest.approx(billions * 1e9, rel=0.05)
     assert parameter_estimate(name) == text
     assert config.text_config.rope_parameters["mrope_interleaved"]
+
+
+def test_synthetic_encode_has_the_real_layout(qwen3):
+    """Benchmarks without the vision tower get encode's exact token layout (and DeepStack shapes)."""
+    frames = moving_square_frames(4, size=(90, 120))
+    real = qwen3.encode(frames, 6)
+    fake = qwen3.synthetic_encode(4, 6, (90, 120))
+    assert fake.embeds.shape == real.embeds.shape
+    for name in ("unit", "patch", "row", "col", "input_ids"):
+        assert torch.equal(getattr(fake, name), getattr(real, name)), name
+    assert [d.shape for d in fake.deepstack] == [d.shape for d in real.deepstack]
+
+
+@pytest.mark.parametrize("pseudo_query", ["forward", "approx"])
+def test_hermes_runs_unchanged_on_qwen3(qwen3, pseudo_query):
+    """HERMES's layer split and pseudo-queries (true forward, or the reference's shortcut through
+    Qwen3's query norm) keep the budget and its summary token on Qwen3-VL."""
+    from policies import make_policy
+
+    session = Session(qwen3, make_policy("hermes"),
+                      SessionConfig(chunk_frames=4, budget=80, fps=FPS, pseudo_query=pseudo_query, max_new_tokens=2))
+    for start in range(0, 24, 8):
+        session.ingest(moving_square_frames(8, seed=start), [(start + i) / FPS for i in range(8)])
+        session.answer("what now?")
+    stats = session.stats()["cache"]
+    assert session.compressions >= 2
+    assert max(stats["stream_tokens_per_layer"]) <= 80
+    assert len(set(stats["tokens_per_layer"])) == 1
+    approx = qwen3.approx_attention(qwen3.embed(qwen3.tokens("what?")), qwen3.text_positions(500, 3), session.cache)
+    assert len(approx) == qwen3.num_layers
+    assert all(torch.allclose(w.sum(-1), torch.ones(())) for w in approx)

@@ -74,7 +74,6 @@ def timestamp_text(seconds: float) -> str:
 class Qwen3VLAdapter(ModelAdapter):
     family = "qwen3-vl"
     position_axes = 3
-    takes_frame_times = True  # the session passes each chunk's frame times to ``encode``
 
     def __init__(self, model, processor, **kwargs) -> None:
         super().__init__(model, processor, **kwargs)
