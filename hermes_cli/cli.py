@@ -298,6 +298,7 @@ def models(json_out: JsonOpt = False) -> None:
         table.add_row(r["family"], r["model"], "[green]yes[/]" if r["present"] else "no")
     table.add_row("qwen2.5-vl", "tiny", "built in (random weights)")
     table.add_row("llava-onevision", "tiny-llava-onevision", "built in (random weights)")
+    table.add_row("qwen3-vl", "tiny-qwen3-vl, tiny-qwen3-vl-moe", "built in (random weights)")
     out.print(table)
     out.print(f"default here: [bold]{name}[/] ({why}); override with --model or HERMES_MODEL")
     out.print("any local directory holding one of these families works too: --model /path/to/model")

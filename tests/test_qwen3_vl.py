@@ -285,3 +285,70 @@ def test_hermes_runs_unchanged_on_qwen3(qwen3, pseudo_query):
     approx = qwen3.approx_attention(qwen3.embed(qwen3.tokens("what?")), qwen3.text_positions(500, 3), session.cache)
     assert len(approx) == qwen3.num_layers
     assert all(torch.allclose(w.sum(-1), torch.ones(())) for w in approx)
+
+
+def test_the_default_model_on_a_gpu_considers_qwen3_vl(monkeypatch):
+    import hermes_cli.models as models
+
+    monkeypatch.delenv("HERMES_MODEL", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    present: set[str] = set()
+    monkeypatch.setattr(models, "locally_present", lambda name: name in present)
+    for gib, expected in ((80, "Qwen/Qwen3-VL-8B-Instruct"), (16, "Qwen/Qwen3-VL-4B-Instruct"),
+                          (8, "Qwen/Qwen3-VL-2B-Instruct"), (4, "llava-hf/llava-onevision-qwen2-0.5b-ov-hf")):
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda gib=gib: (gib * 2**30, 80 * 2**30))
+        assert models.default_model()[0] == expected
+    present.add("Qwen/Qwen2.5-VL-7B-Instruct")  # weights already here are preferred over a download
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (40 * 2**30, 80 * 2**30))
+    assert models.default_model()[0] == "Qwen/Qwen2.5-VL-7B-Instruct"
+    present.add("Qwen/Qwen3-VL-8B-Instruct")
+    assert models.default_model()[0] == "Qwen/Qwen3-VL-8B-Instruct"
+
+
+# -- --device auto ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name, policy, pseudo_query", [
+    ("tiny-qwen3-vl", "hermes", "approx"),
+    pytest.param("tiny-qwen3-vl", "hermes", "forward", marks=pytest.mark.slow),
+    pytest.param("tiny-qwen3-vl-moe", "fifo", "forward", marks=pytest.mark.slow),
+])
+def test_device_auto_with_offload_answers_like_one_device(name, policy, pseudo_query):
+    """A max_memory that fits only part of the model on the CPU sends the rest to disk (accelerate's
+    device_map="auto"); the stream compresses, re-indexes and answers exactly as on one device."""
+    from policies import make_policy
+
+    spread = load_model(name, device="auto", dtype="fp32", max_memory={"cpu": 1_200_000}, max_positions=LIMIT)
+    assert set(spread.device_map.values()) == {"cpu", "disk"} and spread.device == torch.device("cpu")
+    single = load_model(name, device="cpu", dtype="fp32", max_positions=LIMIT)
+
+    def run(adapter):
+        session = Session(adapter, make_policy(policy), SessionConfig(
+            chunk_frames=4, budget=100, fps=FPS, max_new_tokens=3, pseudo_query=pseudo_query, reindex="eager"))
+        answers = []
+        for start in range(0, 32, 8):
+            session.ingest(moving_square_frames(8, seed=start), [(start + i) / FPS for i in range(8)])
+            answers.append(session.answer("what now?", record_logits=True))
+        return session, answers
+
+    one, expected = run(single)
+    two, got = run(spread)
+    assert one.compressions >= 2 and two.reindex_count == one.reindex_count >= 2
+    assert [a.tokens for a in got] == [a.tokens for a in expected]
+    for a, b in zip(got, expected):
+        for x, y in zip(a.step_logits, b.step_logits):
+            assert torch.max(torch.abs(x - y)) <= 1e-6
+    for layer in range(one.cache.num_layers):
+        assert torch.equal(two.cache.meta(layer).positions, one.cache.meta(layer).positions)
+
+
+def test_max_memory_is_read_from_the_environment(monkeypatch):
+    from hermes_cli.models.placement import devices_used, main_device, max_memory_from_env, parse_max_memory
+
+    assert parse_max_memory("0=70GiB, 1=70GiB,cpu=200GiB") == {0: "70GiB", 1: "70GiB", "cpu": "200GiB"}
+    assert parse_max_memory("cpu=1200000") == {"cpu": 1200000}
+    with pytest.raises(ValueError, match="DEVICE=SIZE"):
+        parse_max_memory("cpu")
+    monkeypatch.setenv("HERMES_MAX_MEMORY", "cpu=2MB")
+    assert max_memory_from_env() == {"cpu": "2MB"}
+    layout = {"a": 1, "b": 0, "c": "cpu", "d": "disk"}
+    assert main_device(layout) == torch.device("cuda", 0) and devices_used(layout) == ["cuda:1", "cuda:0", "cpu", "disk"]
+    assert main_device({"a": "cpu", "b": "disk"}) == torch.device("cpu")

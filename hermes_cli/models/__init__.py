@@ -10,6 +10,7 @@ import torch
 from ..model_names import TINY_NAMES, WAY_OUT, ModelLoadError, check_model_name, in_hub_cache, model_from_env
 from .base import EncodedChunk, ModelAdapter, VideoClock
 from .llava_onevision import LlavaOneVisionAdapter
+from .placement import dispatch, main_device, max_memory_from_env, pretrained_kwargs
 from .qwen3_vl import Qwen3VLAdapter
 from .qwen_vl import QwenVLAdapter
 from .tiny import tiny_llava_onevision, tiny_qwen, tiny_qwen3_vl
@@ -40,6 +41,14 @@ FAMILIES = (
 )
 
 
+# (GiB free on the GPU, models that fit in bf16 with room for the cache, preferred first)
+GPU_TIERS = (
+    (24, ("Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct")),
+    (12, ("Qwen/Qwen3-VL-4B-Instruct", "Qwen/Qwen2.5-VL-3B-Instruct")),
+    (7, ("Qwen/Qwen3-VL-2B-Instruct",)),
+)
+
+
 def default_model() -> tuple[str, str]:
     """(model id, why): ``HERMES_MODEL`` if set, else a real model that fits this machine."""
     if env := model_from_env():
@@ -47,10 +56,10 @@ def default_model() -> tuple[str, str]:
     if torch.cuda.is_available():
         free, _ = torch.cuda.mem_get_info()
         gib = free / 2**30
-        if gib >= 24:
-            return "Qwen/Qwen2.5-VL-7B-Instruct", f"GPU with {gib:.0f} GiB free"
-        if gib >= 10:
-            return "Qwen/Qwen2.5-VL-3B-Instruct", f"GPU with {gib:.0f} GiB free"
+        for need, candidates in GPU_TIERS:
+            if gib >= need:  # Qwen3-VL first (the paper's best); weights already here win
+                chosen = next((m for m in candidates if locally_present(m)), candidates[0])
+                return chosen, f"GPU with {gib:.0f} GiB free"
         return "llava-hf/llava-onevision-qwen2-0.5b-ov-hf", f"GPU with only {gib:.0f} GiB free"
     return "llava-hf/llava-onevision-qwen2-0.5b-ov-hf", "no GPU"
 
@@ -78,7 +87,7 @@ def locally_present(model_id: str) -> bool:
 
 def load_model(name: str | None = None, *, device: str | None = None, dtype: str | None = None,
                num_layers: int | None = None, max_positions: int | None = None,
-               max_pixels: int | None = None) -> ModelAdapter:
+               max_pixels: int | None = None, max_memory: dict | None = None) -> ModelAdapter:
     """Load ``name`` (hub id, local directory, or a tiny built-in) behind its adapter.
 
     ``max_pixels`` caps each frame's area for Qwen-VL (fewer tokens per frame); LLaVA-OneVision
@@ -86,6 +95,8 @@ def load_model(name: str | None = None, *, device: str | None = None, dtype: str
     """
     name = name or default_model()[0]
     check_model_name(name)
+    spread = device == "auto"  # across GPUs / CPU / disk (placement.py); max_memory or HERMES_MAX_MEMORY
+    max_memory = max_memory or (max_memory_from_env() if spread else None)
     dev = pick_device(device)
     dt = pick_dtype(dtype, dev)
     if name in TINY_NAMES:
@@ -96,11 +107,21 @@ def load_model(name: str | None = None, *, device: str | None = None, dtype: str
         model, processor = build(**extra)
         if dev.type == "cpu":
             torch.set_num_threads(1)  # tiny matrices: more threads only add synchronisation
+        if spread:
+            return _spread(cls(model.to(dtype=dt), processor, name=name, random_weights=True, max_pixels=max_pixels),
+                           max_memory)
         return cls(model.to(dev, dt), processor, name=name, random_weights=True, max_pixels=max_pixels)
-    return _load_pretrained(name, dev, dt, max_pixels)
+    return _load_pretrained(name, dev, dt, max_pixels, max_memory if spread else None, spread)
 
 
-def _load_pretrained(name: str, device: torch.device, dtype: torch.dtype, max_pixels: int | None) -> ModelAdapter:
+def _spread(adapter: ModelAdapter, max_memory: dict | None) -> ModelAdapter:
+    """Dispatch a built adapter's model over devices; the adapter feeds inputs to the first one."""
+    adapter.model, adapter.device_map, adapter.input_device = dispatch(adapter.model, max_memory)
+    return adapter
+
+
+def _load_pretrained(name: str, device: torch.device, dtype: torch.dtype, max_pixels: int | None,
+                     max_memory: dict | None = None, spread: bool = False) -> ModelAdapter:
     from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
     try:
@@ -115,10 +136,17 @@ def _load_pretrained(name: str, device: torch.device, dtype: torch.dtype, max_pi
         raise ModelLoadError(f"{name} is a {config.model_type!r} model; supported types: {supported}")
     try:
         processor = AutoProcessor.from_pretrained(name)
-        model = AutoModelForImageTextToText.from_pretrained(name, dtype=dtype).to(device)
+        if spread:
+            model = AutoModelForImageTextToText.from_pretrained(name, dtype=dtype, **pretrained_kwargs(max_memory))
+        else:
+            model = AutoModelForImageTextToText.from_pretrained(name, dtype=dtype).to(device)
     except Exception as exc:
         raise ModelLoadError(f"cannot load weights of {name!r}: {exc}".splitlines()[0]) from exc
-    return adapter_cls(model, processor, name=name, max_pixels=max_pixels)
+    adapter = adapter_cls(model, processor, name=name, max_pixels=max_pixels)
+    if spread:
+        adapter.device_map = dict(model.hf_device_map)
+        adapter.input_device = main_device(adapter.device_map)
+    return adapter
 
 
 __all__ = [

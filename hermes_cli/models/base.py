@@ -87,7 +87,8 @@ class ModelAdapter(ABC):
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        """Where inputs go: the first device of a model spread by ``--device auto``, else the model's."""
+        return getattr(self, "input_device", None) or next(self.model.parameters()).device
 
     @property
     def dtype(self) -> torch.dtype:
@@ -211,7 +212,7 @@ class ModelAdapter(ABC):
         for index, layer in enumerate(self.text_model.layers):
             attn = layer.self_attn
             q = attn.q_proj(embeds).view(1, embeds.shape[1], -1, attn.head_dim).transpose(1, 2).float()
-            q = q * cos + rotate_half(q) * sin
+            q = q * cos.to(q.device) + rotate_half(q) * sin.to(q.device)  # layers may sit on other devices
             keys = cache.stream_layers[index].stored_keys().float()
             keys = keys.repeat_interleave(q.shape[1] // keys.shape[1], dim=1)
             weights.append(torch.softmax(q @ keys.transpose(-1, -2) * attn.scaling, dim=-1))

@@ -236,7 +236,7 @@ class Qwen3VLAdapter(ModelAdapter):
             attn = layer.self_attn
             q = attn.q_proj(embeds).view(1, embeds.shape[1], -1, attn.head_dim)
             q = attn.q_norm(q).transpose(1, 2).float()
-            q = q * cos + rotate_half(q) * sin
+            q = q * cos.to(q.device) + rotate_half(q) * sin.to(q.device)  # layers may sit on other devices
             keys = cache.stream_layers[index].stored_keys().float()
             keys = keys.repeat_interleave(q.shape[1] // keys.shape[1], dim=1)
             weights.append(torch.softmax(q @ keys.transpose(-1, -2) * attn.scaling, dim=-1))
