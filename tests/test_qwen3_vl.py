@@ -352,3 +352,19 @@ def test_max_memory_is_read_from_the_environment(monkeypatch):
     layout = {"a": 1, "b": 0, "c": "cpu", "d": "disk"}
     assert main_device(layout) == torch.device("cuda", 0) and devices_used(layout) == ["cuda:1", "cuda:0", "cpu", "disk"]
     assert main_device({"a": "cpu", "b": "disk"}) == torch.device("cpu")
+
+
+def test_an_odd_tail_is_padded_as_the_processor_pads_it(qwen3):
+    """7 frames: the last patch repeats the last frame and its time, in the stream as in the processor."""
+    frames = moving_square_frames(7)
+    session = stream(qwen3, frames, 4)
+    answer = session.answer("What?", max_new_tokens=3, record_logits=True)
+    inputs = processor_inputs(qwen3, frames, answer.question, session.config.system_prompt)
+    assert "<3.0 seconds>" in qwen3.tokenizer.decode(inputs["input_ids"][0])  # frames 6 and 6 (padding): 3.0 s
+    logits, ids, _ = one_shot_logits(qwen3, inputs, answer.tokens)
+    held = session.cache.meta(0).positions.shape[0]
+    prefix, question = streamed_sequence(session, answer.question)
+    assert ids.shape[0] == held + question.shape[0] + len(answer.tokens)
+    first = ids.shape[0] - len(answer.tokens) - 1
+    for step, streamed in enumerate(answer.step_logits):
+        assert torch.max(torch.abs(streamed - logits[first + step])) <= 1e-5
