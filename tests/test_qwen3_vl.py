@@ -368,3 +368,27 @@ def test_an_odd_tail_is_padded_as_the_processor_pads_it(qwen3):
     first = ids.shape[0] - len(answer.tokens) - 1
     for step, streamed in enumerate(answer.step_logits):
         assert torch.max(torch.abs(streamed - logits[first + step])) <= 1e-5
+
+
+def test_a_template_that_wraps_the_video_streams_the_trained_layout(qwen3):
+    """With the official template's ``<|vision_start|><|video_pad|><|vision_end|>`` the stream is the
+    original processor's layout (the group replaced by the per-patch blocks), the same tokens as
+    with a bare placeholder — not transformers 5.24's blocks inside an extra start/end pair."""
+    from hermes_cli.models.qwen3_vl import Qwen3VLAdapter
+    from hermes_cli.models.tiny import _template
+
+    bare = qwen3.processor
+    wrapped = type(bare)(image_processor=bare.image_processor, tokenizer=bare.tokenizer,
+                         video_processor=bare.video_processor,
+                         chat_template=_template("<|vision_start|><|video_pad|><|vision_end|>"))
+    adapter = Qwen3VLAdapter(qwen3.model, wrapped, name="wrapped")
+    for a in (adapter, qwen3):
+        assert not a.prefix_text("sys").endswith("<|vision_start|>")
+    assert adapter.prefix_text("sys") == qwen3.prefix_text("sys")
+    assert adapter.question_text("Why?", []) == qwen3.question_text("Why?", [])
+    frames = moving_square_frames(4)
+    reference = processor_inputs(qwen3, frames, "Why?", "sys")["input_ids"][0]  # bare: the trained layout
+    stream_ids = torch.cat([adapter.tokens(adapter.prefix_text("sys")),
+                            adapter.encode(frames, 0, times=[i / FPS for i in range(4)]).input_ids,
+                            adapter.tokens(adapter.question_text("Why?", [], "sys"))])
+    assert torch.equal(stream_ids, reference)

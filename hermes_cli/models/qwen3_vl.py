@@ -83,6 +83,7 @@ class Qwen3VLAdapter(ModelAdapter):
         self.video_token = processor.video_token
         self.video_token_id = int(processor.video_token_id)
         self.vision_start = processor.vision_start_token
+        self.vision_end = processor.vision_end_token
         self.vision_end_id = int(processor.vision_end_token_id)
         if model.config.model_type == "qwen3_vl_moe":
             self.family = "qwen3-vl-moe"
@@ -92,6 +93,19 @@ class Qwen3VLAdapter(ModelAdapter):
     @property
     def text_model(self):
         return self.model.model.language_model
+
+    def _split(self, question, history, system_prompt):
+        """The chat template's prompt around the video, without a wrapper around the placeholder.
+
+        Qwen3-VL's template renders ``<|vision_start|><|video_pad|><|vision_end|>``; the original
+        processor replaces that whole group with the per-patch blocks (each has its own start and
+        end), the layout the model was trained with. transformers 5.24 replaces only the pad and
+        leaves the outer pair around the blocks; the stream keeps the trained layout.
+        """
+        prefix, suffix = super()._split(question, history, system_prompt)
+        if prefix.endswith(self.vision_start) and suffix.startswith(self.vision_end):
+            prefix, suffix = prefix[: -len(self.vision_start)], suffix[len(self.vision_end):]
+        return prefix, suffix
 
     # -- video --------------------------------------------------------------------------------------
     @torch.no_grad()
