@@ -392,3 +392,17 @@ def test_a_template_that_wraps_the_video_streams_the_trained_layout(qwen3):
                             adapter.encode(frames, 0, times=[i / FPS for i in range(4)]).input_ids,
                             adapter.tokens(adapter.question_text("Why?", [], "sys"))])
     assert torch.equal(stream_ids, reference)
+
+
+def test_max_pixels_caps_each_frame(qwen3):
+    """--max-pixels is per frame whatever the chunk length (the processor budgets the whole chunk)."""
+    cells = {}
+    for n in (2, 8):
+        qwen3.max_pixels = 64 * 64
+        try:
+            chunk = qwen3.encode(moving_square_frames(n, size=(240, 320)), 0)
+        finally:
+            qwen3.max_pixels = None
+        cells[n] = {(rows * cols) for _, rows, cols in chunk.layout}
+    full = qwen3.encode(moving_square_frames(2, size=(240, 320)), 0).layout[0]
+    assert cells[2] == cells[8] and max(cells[2]) * 32 * 32 <= 64 * 64 < full[1] * full[2] * 32 * 32

@@ -117,7 +117,8 @@ class Qwen3VLAdapter(ModelAdapter):
             start = first_unit * self.frames_per_unit
             times = [(start + i) / self.fps for i in range(frames.shape[0])]
         out = self.processor.video_processor(
-            videos=[frames], return_tensors="pt", do_sample_frames=False, cap_pixels_per_frame=True, **self._size()
+            videos=[frames], return_tensors="pt", do_sample_frames=False, cap_pixels_per_frame=True,
+            **self._size(frames.shape[0]),
         )
         pixels = out["pixel_values_videos"].to(self.device)
         grid = out["video_grid_thw"].to(self.device)
@@ -143,7 +144,8 @@ class Qwen3VLAdapter(ModelAdapter):
         if key not in grids:
             blank = np.zeros((frames_count, *frame_hw, 3), dtype=np.uint8)
             out = self.processor.video_processor(
-                videos=[blank], return_tensors="pt", do_sample_frames=False, cap_pixels_per_frame=True, **self._size()
+                videos=[blank], return_tensors="pt", do_sample_frames=False, cap_pixels_per_frame=True,
+                **self._size(frames_count),
             )
             grids[key] = tuple(int(x) for x in out["video_grid_thw"][0])
         t, h, w = grids[key]
@@ -186,13 +188,17 @@ class Qwen3VLAdapter(ModelAdapter):
         self._pending = (embeds, mask, deepstack)
         return chunk
 
-    def _size(self) -> dict:
-        """The processor's size override for ``max_pixels`` (none: the model's own setting)."""
+    def _size(self, frames: int) -> dict:
+        """The processor's size override for ``max_pixels`` per frame (none: the model's own setting).
+
+        Qwen3-VL's video processor budgets ``longest_edge`` over all the frames it is given and
+        floors each frame at 1.05 × ``shortest_edge``; both are set so a frame gets ``max_pixels``.
+        """
         if self.max_pixels is None:
             return {}
         size = self.processor.video_processor.size
-        shortest = min(size["shortest_edge"], self.max_pixels)
-        return {"size": {"shortest_edge": shortest, "longest_edge": self.max_pixels}}
+        shortest = min(size["shortest_edge"], int(self.max_pixels / 1.05))
+        return {"size": {"shortest_edge": shortest, "longest_edge": self.max_pixels * frames}}
 
     # -- positions ------------------------------------------------------------------------------------
     def video_clock(self, video_start: int, fps: float) -> VideoClock:
