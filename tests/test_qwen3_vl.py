@@ -288,7 +288,7 @@ def test_hermes_runs_unchanged_on_qwen3(qwen3, pseudo_query):
 
 
 def test_the_default_model_on_a_gpu_considers_qwen3_vl(monkeypatch):
-    import hermes_cli.models as models
+    from hermes_cli import models
 
     monkeypatch.delenv("HERMES_MODEL", raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -341,7 +341,12 @@ def test_device_auto_with_offload_answers_like_one_device(name, policy, pseudo_q
 
 
 def test_max_memory_is_read_from_the_environment(monkeypatch):
-    from hermes_cli.models.placement import devices_used, main_device, max_memory_from_env, parse_max_memory
+    from hermes_cli.models.placement import (
+        devices_used,
+        main_device,
+        max_memory_from_env,
+        parse_max_memory,
+    )
 
     assert parse_max_memory("0=70GiB, 1=70GiB,cpu=200GiB") == {0: "70GiB", 1: "70GiB", "cpu": "200GiB"}
     assert parse_max_memory("cpu=1200000") == {"cpu": 1200000}
@@ -350,7 +355,8 @@ def test_max_memory_is_read_from_the_environment(monkeypatch):
     monkeypatch.setenv("HERMES_MAX_MEMORY", "cpu=2MB")
     assert max_memory_from_env() == {"cpu": "2MB"}
     layout = {"a": 1, "b": 0, "c": "cpu", "d": "disk"}
-    assert main_device(layout) == torch.device("cuda", 0) and devices_used(layout) == ["cuda:1", "cuda:0", "cpu", "disk"]
+    assert main_device(layout) == torch.device("cuda", 0)
+    assert devices_used(layout) == ["cuda:1", "cuda:0", "cpu", "disk"]
     assert main_device({"a": "cpu", "b": "disk"}) == torch.device("cpu")
 
 
@@ -363,7 +369,7 @@ def test_an_odd_tail_is_padded_as_the_processor_pads_it(qwen3):
     assert "<3.0 seconds>" in qwen3.tokenizer.decode(inputs["input_ids"][0])  # frames 6 and 6 (padding): 3.0 s
     logits, ids, _ = one_shot_logits(qwen3, inputs, answer.tokens)
     held = session.cache.meta(0).positions.shape[0]
-    prefix, question = streamed_sequence(session, answer.question)
+    _, question = streamed_sequence(session, answer.question)
     assert ids.shape[0] == held + question.shape[0] + len(answer.tokens)
     first = ids.shape[0] - len(answer.tokens) - 1
     for step, streamed in enumerate(answer.step_logits):
