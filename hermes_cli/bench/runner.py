@@ -177,10 +177,10 @@ class BenchAdapter:
     def eos_token_ids(self) -> set[int]:
         return set()
 
-    def encode(self, frames: np.ndarray, first_unit: int):
+    def encode(self, frames: np.ndarray, first_unit: int, times=None):
         if self.synthetic_vision:
             return self._adapter.synthetic_encode(frames.shape[0], first_unit, tuple(frames.shape[1:3]))
-        return self._adapter.encode(frames, first_unit)
+        return self._adapter.encode(frames, first_unit, times)
 
 
 # -- measuring -------------------------------------------------------------------------------------------

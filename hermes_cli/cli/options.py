@@ -22,7 +22,7 @@ PolicyOptsOpt = Annotated[
 ]
 FpsOpt = Annotated[float, typer.Option("--fps", metavar="FPS", help="Frames sampled per second of video.")]
 ChunkOpt = Annotated[int, typer.Option("--chunk", metavar="FRAMES", help="Frames per prefill chunk (even for Qwen-VL).")]
-DeviceOpt = Annotated[str | None, typer.Option("--device", metavar="DEVICE", help="cpu, cuda, cuda:1 … (default: GPU if present).")]
+DeviceOpt = Annotated[str | None, typer.Option("--device", metavar="DEVICE", help="cpu, cuda, cuda:1 …, or auto: spread over GPUs, CPU, disk (default: GPU if present).")]
 DtypeOpt = Annotated[str | None, typer.Option("--dtype", metavar="DTYPE", help="auto, fp32, bf16, fp16 (default: bf16 on GPU, fp32 on CPU).")]
 ReindexOpt = Annotated[
     str,

@@ -200,7 +200,8 @@ class StreamingCache(Cache):
         """Per axis, the largest position held in any layer (None when empty)."""
         if self.stream_layers[0].meta is None or self.length == 0:
             return None
-        return torch.stack([l.held_meta().positions.max(dim=0).values for l in self.stream_layers]).max(dim=0).values
+        home = self.stream_layers[0].held_meta().positions.device  # layers may sit on different devices
+        return torch.stack([l.held_meta().positions.max(dim=0).values.to(home) for l in self.stream_layers]).max(dim=0).values
 
     # -- growing ------------------------------------------------------------------------------
     def new_ids(self, n: int) -> int:

@@ -20,6 +20,6 @@ def prefill(adapter: ModelAdapter, cache: StreamingCache, embeds: Tensor, positi
         meta = TokenMeta.new(kind, first_id, positions)
     else:
         meta = TokenMeta.new(kind, first_id, positions, frame=chunk.unit, patch=chunk.patch)
-    hidden, _ = adapter.forward(embeds, positions, cache)
+    hidden, _ = adapter.forward(embeds, positions, cache, chunk=chunk)
     cache.record(meta)
     return hidden

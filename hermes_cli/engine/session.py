@@ -113,7 +113,7 @@ class Session:
         times = [t for _, t in items]
         with self.lock:
             t0 = time.perf_counter()
-            chunk = self.adapter.encode(frames, self.units_seen)
+            chunk = self.adapter.encode(frames, self.units_seen, times)
             where = self.positions.for_chunk(chunk, self.units_seen, bounded=self.budget is not None)
             prefill(self.adapter, self.cache, chunk.embeds, where, KIND_VIDEO, chunk)
             prefill_ms = (time.perf_counter() - t0) * 1e3

@@ -46,6 +46,9 @@ def parameter_estimate(name: str) -> int:
     head = h // t["num_attention_heads"]
     kv = t["num_key_value_heads"] * head
     attn = h * h + h + 2 * (h * kv + kv) + h * h  # q (bias), k, v (bias), o
+    if cfg["model_type"] == "qwen3_vl":  # explicit head_dim; no biases; per-head q/k norms
+        q, kv = t["num_attention_heads"] * t["head_dim"], t["num_key_value_heads"] * t["head_dim"]
+        attn = h * q + 2 * h * kv + q * h + 2 * t["head_dim"]
     per_layer = attn + 3 * h * inter + 2 * h
     text = vocab * h * (1 if t.get("tie_word_embeddings") else 2) + layers * per_layer + h
     return int(text)  # the vision tower and projector are counted after building
@@ -67,6 +70,8 @@ def build_random_model(name: str, *, device: torch.device | str = "cpu", dtype: 
         config, processor, cls = _llava_onevision(cfg)
     elif cfg["model_type"] == "qwen2_5_vl":
         config, processor, cls = _qwen2_5_vl(cfg)
+    elif cfg["model_type"] == "qwen3_vl":
+        config, processor, cls = _qwen3_vl(cfg)
     else:  # pragma: no cover - shipped configs only
         raise ModelLoadError(f"unsupported model type {cfg['model_type']!r} in {ARCHS[key]}")
     device = torch.device(device)
@@ -180,6 +185,33 @@ def _qwen2_5_vl(cfg: dict):
         chat_template=chat_template("<|vision_start|><|video_pad|><|vision_end|>"),
     )
     return config, processor, Qwen2_5_VLForConditionalGeneration
+
+
+def _qwen3_vl(cfg: dict):
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration, Qwen3VLProcessor
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+
+    tokenizer = make_tokenizer(QWEN_SPECIALS)
+    ids = _token_ids(tokenizer, {
+        "eos": "<|im_end|>", "pad": "<|endoftext|>", "image": "<|image_pad|>", "video": "<|video_pad|>",
+        "vstart": "<|vision_start|>", "vend": "<|vision_end|>",
+    })
+    text = dict(cfg["text_config"])
+    text.update(bos_token_id=ids["pad"], eos_token_id=ids["eos"], pad_token_id=ids["pad"])
+    config = Qwen3VLConfig(
+        text_config=text, vision_config=dict(cfg["vision_config"]),
+        video_token_id=ids["video"], image_token_id=ids["image"],
+        vision_start_token_id=ids["vstart"], vision_end_token_id=ids["vend"],
+        tie_word_embeddings=cfg.get("tie_word_embeddings", False),
+    )
+    processor = Qwen3VLProcessor(
+        image_processor=Qwen2VLImageProcessor(patch_size=16),
+        tokenizer=tokenizer,
+        video_processor=Qwen3VLVideoProcessor(),  # the library's defaults: Qwen3-VL's video sizes
+        chat_template=chat_template("<|vision_start|><|video_pad|><|vision_end|>"),
+    )
+    return config, processor, Qwen3VLForConditionalGeneration
 
 
 def load_random_arch(name: str, *, device: str | None = None, dtype: str | None = None):

@@ -59,6 +59,8 @@ class ModelAdapter(ABC):
         self.name = name
         self.random_weights = random_weights
         self.rotary = RotaryDelta.from_rotary_embedding(self.text_model.rotary_emb)
+        self.device_map: dict | None = None  # block -> device, when spread by --device auto
+        self.input_device: torch.device | None = None  # where inputs go when spread
 
     # -- model facts ----------------------------------------------------------------------------
     @property
@@ -76,7 +78,8 @@ class ModelAdapter(ABC):
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        """Where inputs go: the first device of a model spread by ``--device auto``, else the model's."""
+        return self.input_device or next(self.model.parameters()).device
 
     @property
     def dtype(self) -> torch.dtype:
@@ -126,8 +129,9 @@ class ModelAdapter(ABC):
 
     # -- video ------------------------------------------------------------------------------------
     @abstractmethod
-    def encode(self, frames: np.ndarray, first_unit: int) -> EncodedChunk:
-        """Embed frames (F, H, W, 3) uint8; F must be a multiple of ``frames_per_unit``."""
+    def encode(self, frames: np.ndarray, first_unit: int, times: Sequence[float] | None = None) -> EncodedChunk:
+        """Embed frames (F, H, W, 3) uint8 seen at stream ``times`` (seconds); F must be a multiple
+        of ``frames_per_unit``. Families whose prompt carries time (Qwen3-VL) use the times."""
 
     @abstractmethod
     def video_clock(self, video_start: int, fps: float) -> VideoClock:
@@ -152,7 +156,7 @@ class ModelAdapter(ABC):
 
     @torch.no_grad()
     def forward(self, embeds: Tensor, positions: Tensor, cache, *, attentions: bool = False,
-                attention_mask: Tensor | None = None):
+                attention_mask: Tensor | None = None, chunk: EncodedChunk | None = None):
         """Run the language model on ``embeds`` at explicit ``positions``, appending to ``cache``.
 
         ``attention_mask``: an additive (1, 1, n, cached + n) mask replacing the causal one.
@@ -160,11 +164,13 @@ class ModelAdapter(ABC):
         """
         if attentions:  # SDPA returns no weights: run this (short) pass with eager attention
             with self.eager_attention():
-                out = self._run(embeds, positions, cache, True, attention_mask)
+                out = self._run(embeds, positions, cache, True, attention_mask, chunk)
             return out.last_hidden_state, out.attentions
-        return self._run(embeds, positions, cache, False, attention_mask).last_hidden_state, None
+        return self._run(embeds, positions, cache, False, attention_mask, chunk).last_hidden_state, None
 
-    def _run(self, embeds: Tensor, positions: Tensor, cache, attentions: bool, attention_mask: Tensor | None):
+    def _run(self, embeds: Tensor, positions: Tensor, cache, attentions: bool, attention_mask: Tensor | None,
+             chunk: EncodedChunk | None = None):
+        """One pass of the text model; ``chunk`` is the encoded video these embeddings come from, if any."""
         return self.text_model(
             inputs_embeds=embeds.to(self.dtype),
             attention_mask=attention_mask,
@@ -204,11 +210,15 @@ class ModelAdapter(ABC):
         for index, layer in enumerate(self.text_model.layers):
             attn = layer.self_attn
             normed = layer.input_layernorm(embeds)
-            q = attn.q_proj(normed).view(1, embeds.shape[1], -1, attn.head_dim).transpose(1, 2).float()
-            own = attn.k_proj(normed).view(1, embeds.shape[1], -1, attn.head_dim).transpose(1, 2).float()
-            q = q * cos + rotate_half(q) * sin
-            own = own * cos + rotate_half(own) * sin
-            keys = torch.cat([cached_keys[index].float(), own], dim=-2)
+            q = attn.q_proj(normed).view(1, embeds.shape[1], -1, attn.head_dim)
+            own = attn.k_proj(normed).view(1, embeds.shape[1], -1, attn.head_dim)
+            if hasattr(attn, "q_norm"):  # Qwen3: per-head norms before the rotation
+                q, own = attn.q_norm(q), attn.k_norm(own)
+            q, own = q.transpose(1, 2).float(), own.transpose(1, 2).float()
+            c, s = cos.to(q.device), sin.to(q.device)  # layers may sit on other devices (--device auto)
+            q = q * c + rotate_half(q) * s
+            own = own * c + rotate_half(own) * s
+            keys = torch.cat([cached_keys[index].float().to(q.device), own], dim=-2)
             keys = keys.repeat_interleave(q.shape[1] // keys.shape[1], dim=1)
             weights.append(torch.softmax(q @ keys.transpose(-1, -2) * attn.scaling, dim=-1))
         return weights

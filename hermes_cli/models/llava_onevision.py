@@ -9,6 +9,7 @@ same token sequence as a prompt with one ``<video>`` per chunk.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -33,7 +34,7 @@ class LlavaOneVisionAdapter(ModelAdapter):
         return self.model.model.language_model
 
     @torch.no_grad()
-    def encode(self, frames: np.ndarray, first_unit: int) -> EncodedChunk:
+    def encode(self, frames: np.ndarray, first_unit: int, times: Sequence[float] | None = None) -> EncodedChunk:
         out = self.processor.video_processor(videos=[frames], return_tensors="pt", do_sample_frames=False)
         pixels = out["pixel_values_videos"].to(self.device, self.model.dtype)
         cfg = self.model.config

@@ -8,10 +8,14 @@ import torch
 
 from .base import ModelAdapter
 from .llava_onevision import LlavaOneVisionAdapter
+from .placement import dispatch, main_device, max_memory_from_env, pretrained_kwargs
+from .qwen3_vl import Qwen3VLAdapter
 from .qwen_vl import QwenVLAdapter
 from .registry import (
     BUILTIN,
     FAMILIES,
+    GPU_TIERS,
+    SMALL_MODEL,
     WAY_OUT,
     ModelLoadError,
     check_model_name,
@@ -19,12 +23,13 @@ from .registry import (
     in_hub_cache,
     model_from_env,
 )
-from .tiny import tiny_llava_onevision, tiny_qwen
+from .tiny import tiny_llava_onevision, tiny_qwen, tiny_qwen3_vl
 
 # family name -> adapter class
 ADAPTERS: dict[str, type[ModelAdapter]] = {
     "qwen2.5-vl": QwenVLAdapter,
     "llava-onevision": LlavaOneVisionAdapter,
+    "qwen3-vl": Qwen3VLAdapter,
 }
 
 
@@ -35,12 +40,12 @@ def default_model() -> tuple[str, str]:
     if torch.cuda.is_available():
         free, _ = torch.cuda.mem_get_info()
         gib = free / 2**30
-        if gib >= 24:
-            return "Qwen/Qwen2.5-VL-7B-Instruct", f"GPU with {gib:.0f} GiB free"
-        if gib >= 10:
-            return "Qwen/Qwen2.5-VL-3B-Instruct", f"GPU with {gib:.0f} GiB free"
-        return "llava-hf/llava-onevision-qwen2-0.5b-ov-hf", f"GPU with only {gib:.0f} GiB free"
-    return "llava-hf/llava-onevision-qwen2-0.5b-ov-hf", "no GPU"
+        for need, candidates in GPU_TIERS:
+            if gib >= need:  # Qwen3-VL first (the paper's best); weights already here win
+                chosen = next((m for m in candidates if locally_present(m)), candidates[0])
+                return chosen, f"GPU with {gib:.0f} GiB free"
+        return SMALL_MODEL, f"GPU with only {gib:.0f} GiB free"
+    return SMALL_MODEL, "no GPU"
 
 
 def pick_device(device: str | None) -> torch.device:
@@ -64,31 +69,47 @@ def locally_present(model_id: str) -> bool:
     return Path(model_id).is_dir() or in_hub_cache(model_id)
 
 
+def _tiny(name: str, **sizes):
+    """(model, processor) of a built-in random-weight model."""
+    family = BUILTIN[name]
+    if family == "qwen3-vl":
+        return tiny_qwen3_vl(moe=name.endswith("-moe"), **sizes)
+    return {"qwen2.5-vl": tiny_qwen, "llava-onevision": tiny_llava_onevision}[family](**sizes)
+
+
 def load_model(name: str | None = None, *, device: str | None = None, dtype: str | None = None,
                num_layers: int | None = None, max_positions: int | None = None,
-               max_pixels: int | None = None) -> ModelAdapter:
+               max_pixels: int | None = None, max_memory: dict | None = None) -> ModelAdapter:
     """Load ``name`` (hub id, local directory, or a tiny built-in) behind its adapter.
 
     ``max_pixels`` caps each frame's area for Qwen-VL (fewer tokens per frame); LLaVA-OneVision
-    always resizes frames to its tower's input. Raises ModelLoadError with one actionable line.
+    always resizes frames to its tower's input. ``device="auto"`` spreads the model over GPUs,
+    CPU and disk within ``max_memory`` (or ``HERMES_MAX_MEMORY``; see ``placement``). Raises
+    ModelLoadError with one actionable line.
     """
     name = name or default_model()[0]
     check_model_name(name)
+    spread = device == "auto"
+    if spread:
+        max_memory = max_memory or max_memory_from_env()
     dev = pick_device(device)
     dt = pick_dtype(dtype, dev)
     if name in BUILTIN:
-        extra = {k: v for k, v in (("num_layers", num_layers), ("max_positions", max_positions)) if v}
-        family = BUILTIN[name]
-        build = {"qwen2.5-vl": tiny_qwen, "llava-onevision": tiny_llava_onevision}[family]
-        cls = ADAPTERS[family]
-        model, processor = build(**extra)
+        sizes = {k: v for k, v in (("num_layers", num_layers), ("max_positions", max_positions)) if v}
+        model, processor = _tiny(name, **sizes)
+        cls = ADAPTERS[BUILTIN[name]]
         if dev.type == "cpu":
             torch.set_num_threads(1)  # tiny matrices: more threads only add synchronisation
+        if spread:
+            adapter = cls(model.to(dtype=dt), processor, name=name, random_weights=True, max_pixels=max_pixels)
+            adapter.model, adapter.device_map, adapter.input_device = dispatch(adapter.model, max_memory)
+            return adapter
         return cls(model.to(dev, dt), processor, name=name, random_weights=True, max_pixels=max_pixels)
-    return _load_pretrained(name, dev, dt, max_pixels)
+    return _load_pretrained(name, dev, dt, max_pixels, max_memory if spread else None, spread)
 
 
-def _load_pretrained(name: str, device: torch.device, dtype: torch.dtype, max_pixels: int | None) -> ModelAdapter:
+def _load_pretrained(name: str, device: torch.device, dtype: torch.dtype, max_pixels: int | None,
+                     max_memory: dict | None = None, spread: bool = False) -> ModelAdapter:
     from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
     try:
@@ -103,8 +124,15 @@ def _load_pretrained(name: str, device: torch.device, dtype: torch.dtype, max_pi
         raise ModelLoadError(f"{name} is a {config.model_type!r} model; supported types: {supported}")
     try:
         processor = AutoProcessor.from_pretrained(name)
-        model = AutoModelForImageTextToText.from_pretrained(name, dtype=dtype)
-        model = model.to(device)  # type: ignore[arg-type]  # transformers types .to() too narrowly
+        if spread:
+            model = AutoModelForImageTextToText.from_pretrained(name, dtype=dtype, **pretrained_kwargs(max_memory))
+        else:
+            model = AutoModelForImageTextToText.from_pretrained(name, dtype=dtype)
+            model = model.to(device)  # type: ignore[arg-type]  # transformers types .to() too narrowly
     except Exception as exc:
         raise ModelLoadError(f"cannot load weights of {name!r}: {exc}".splitlines()[0]) from exc
-    return ADAPTERS[family.name](model, processor, name=name, max_pixels=max_pixels)
+    adapter = ADAPTERS[family.name](model, processor, name=name, max_pixels=max_pixels)
+    if spread:
+        adapter.device_map = dict(model.hf_device_map)
+        adapter.input_device = main_device(adapter.device_map)
+    return adapter

@@ -14,6 +14,8 @@ Qwen2.5-VL code does (transformers 5.24's ``get_rope_index`` restarts text after
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 
@@ -44,7 +46,7 @@ class QwenVLAdapter(ModelAdapter):
         return self.model.model.language_model
 
     @torch.no_grad()
-    def encode(self, frames: np.ndarray, first_unit: int) -> EncodedChunk:
+    def encode(self, frames: np.ndarray, first_unit: int, times: Sequence[float] | None = None) -> EncodedChunk:
         if frames.shape[0] % self.frames_per_unit:
             raise ValueError(f"Qwen-VL chunks need a multiple of {self.frames_per_unit} frames")
         out = self.processor.video_processor(

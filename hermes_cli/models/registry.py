@@ -26,10 +26,23 @@ FAMILIES = (
            ("Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen2.5-VL-3B-Instruct", "Qwen/Qwen2-VL-7B-Instruct")),
     Family("llava-onevision", ("llava_onevision",),
            ("llava-hf/llava-onevision-qwen2-7b-ov-hf", "llava-hf/llava-onevision-qwen2-0.5b-ov-hf")),
+    Family("qwen3-vl", ("qwen3_vl", "qwen3_vl_moe"),
+           ("Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-4B-Instruct", "Qwen/Qwen3-VL-30B-A3B-Instruct")),
 )
 
+# the default on a GPU: (GiB free, models that fit in bf16 with room for the cache, preferred first)
+GPU_TIERS = (
+    (24, ("Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct")),
+    (12, ("Qwen/Qwen3-VL-4B-Instruct", "Qwen/Qwen2.5-VL-3B-Instruct")),
+    (7, ("Qwen/Qwen3-VL-2B-Instruct",)),
+)
+SMALL_MODEL = "llava-hf/llava-onevision-qwen2-0.5b-ov-hf"  # no GPU, or a small one
+
 # built-in random-weight models: name -> family
-BUILTIN: dict[str, str] = {"tiny": "qwen2.5-vl", "tiny-qwen2.5-vl": "qwen2.5-vl", "tiny-llava-onevision": "llava-onevision"}
+BUILTIN: dict[str, str] = {
+    "tiny": "qwen2.5-vl", "tiny-qwen2.5-vl": "qwen2.5-vl", "tiny-llava-onevision": "llava-onevision",
+    "tiny-qwen3-vl": "qwen3-vl", "tiny-qwen3-vl-moe": "qwen3-vl",
+}
 TINY_NAMES = tuple(BUILTIN)
 
 # full-size architectures for ``hermes bench --arch``: name -> shipped config file
@@ -38,6 +51,9 @@ ARCHS: dict[str, str] = {
     "llava-onevision-7b": "llava-onevision-qwen2-7b-ov.json",
     "qwen2.5-vl-3b": "qwen2.5-vl-3b.json",
     "qwen2.5-vl-7b": "qwen2.5-vl-7b.json",
+    "qwen3-vl-2b": "qwen3-vl-2b.json",
+    "qwen3-vl-4b": "qwen3-vl-4b.json",
+    "qwen3-vl-8b": "qwen3-vl-8b.json",
 }
 ARCH_ALIASES: dict[str, str] = {
     "llava-hf/llava-onevision-qwen2-0.5b-ov-hf": "llava-onevision-0.5b",
@@ -48,6 +64,7 @@ ARCH_ALIASES: dict[str, str] = {
     "qwen2.5-vl-3b-instruct": "qwen2.5-vl-3b",
     "qwen/qwen2.5-vl-7b-instruct": "qwen2.5-vl-7b",
     "qwen2.5-vl-7b-instruct": "qwen2.5-vl-7b",
+    **{f"{prefix}qwen3-vl-{size}-instruct": f"qwen3-vl-{size}" for prefix in ("", "qwen/") for size in ("2b", "4b", "8b")},
 }
 
 

@@ -131,3 +131,57 @@ def tiny_llava_onevision(num_layers: int = 10, max_positions: int = 32768):
         chat_template=chat_template("<video>\n"),
     )
     return _seeded(lambda: LlavaOnevisionForConditionalGeneration(config)), processor
+
+
+def _qwen3_vl_config(moe: bool, num_layers: int, max_positions: int, ids):
+    """A tiny Qwen3-VL configuration: interleaved M-RoPE (sections 4, 2, 2 of 8 frequencies), a
+    3-block vision tower whose blocks 0 and 1 feed DeepStack, 16-pixel patches merged 2×2."""
+    text = dict(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=num_layers, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, vocab_size=512, max_position_embeddings=max_positions,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [4, 2, 2],
+                         "mrope_interleaved": True},
+        bos_token_id=ids("<|endoftext|>"), eos_token_id=ids("<|im_end|>"), pad_token_id=ids("<|endoftext|>"),
+    )
+    if moe:
+        text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, decoder_sparse_step=1)
+    vision = dict(
+        depth=3, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=16,
+        spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=64, deepstack_visual_indexes=[0, 1],
+    )
+    return dict(
+        text_config=text, vision_config=vision,
+        video_token_id=ids("<|video_pad|>"), image_token_id=ids("<|image_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"),
+    )
+
+
+def tiny_qwen3_vl(num_layers: int = 10, max_positions: int = 32768, moe: bool = False):
+    """(model, processor) of a random-weight Qwen3-VL (``moe``: Qwen3-VL-MoE, 4 experts, top 2).
+
+    Frames keep their area up to 16 cells of 32×32 pixels each (``max_video_tokens``) whatever
+    the chunk length, so a chunk's frames are processed exactly as in the whole video. The chat
+    template renders the video as the bare ``<|video_pad|>`` that the processor expands into
+    ``<t seconds><|vision_start|>cells<|vision_end|>`` per temporal patch.
+    """
+    from transformers import Qwen3VLProcessor
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+
+    if moe:
+        from transformers import Qwen3VLMoeConfig as Config
+        from transformers import Qwen3VLMoeForConditionalGeneration as Model
+    else:
+        from transformers import Qwen3VLConfig as Config
+        from transformers import Qwen3VLForConditionalGeneration as Model
+
+    tokenizer = make_tokenizer(QWEN_SPECIALS)
+    config = Config(**_qwen3_vl_config(moe, num_layers, max_positions, tokenizer.convert_tokens_to_ids))
+    size = {"shortest_edge": 32 * 32 * 2, "longest_edge": 32 * 32 * 100_000}
+    processor = Qwen3VLProcessor(
+        image_processor=Qwen2VLImageProcessor(size=size, patch_size=16),
+        tokenizer=tokenizer,
+        video_processor=Qwen3VLVideoProcessor(size=size, max_video_tokens=16),
+        chat_template=chat_template("<|video_pad|>"),
+    )
+    return _seeded(lambda: Model(config)), processor

@@ -1,0 +1,242 @@
+"""Qwen3-VL (dense and MoE): text timestamps, interleaved M-RoPE and DeepStack, streamed exactly.
+
+The official processor lays a video out one temporal patch (2 frames) at a time::
+
+    <t seconds><|vision_start|><|video_pad|> × cells<|vision_end|>
+
+``t`` is the mean of the patch's first and last frame time, written with one decimal
+(``processing_qwen3_vl.py``). A chunk of this adapter is exactly that text for its patches, with
+the times of the frames actually sampled (the session passes them), so a stream of chunks is the
+token sequence the processor builds for the whole video.
+
+Positions follow the model's own ``get_rope_index``: text tokens advance all three axes by one;
+a patch's cells get ``(s, s + row, s + col)`` with ``s`` the next free position, after which the
+next text starts at ``s + max(rows, cols)`` — the largest position held + 1. That is the
+session's ``next_position`` rule, so a chunk's positions depend only on where it starts. The
+rotary layout is interleaved M-RoPE; :class:`~hermes_cli.rope.RotaryDelta` probes it from the
+model's rotary module, so re-indexing rotates cached keys exactly.
+
+DeepStack: the vision tower also returns features of a few of its inner layers; the language
+model adds feature ``i`` to the hidden states of the cells after decoder layer ``i``. ``encode``
+keeps the chunk's features and cell mask; the forward that prefills that very chunk (recognised
+by its embedding tensor) passes them to the language model.
+
+Stream tokens that are text — the timestamp, ``<|vision_start|>`` and ``<|vision_end|>`` of a
+patch — belong to that patch's unit (``unit`` = the patch they open or close) with ``patch``
+indices after the grid cells (``cells``, ``cells + 1``, …) and no row/column, as
+LLaVA-OneVision's newline. A policy that keeps or drops whole units (fifo, sink, uniform) keeps a
+patch together with the timestamp that says when it was seen: a patch without its time cannot be
+placed in the video, and a time without its patch is noise. Token-level scorers (HERMES,
+InfiniPot-V) score them like any other token of the unit: the budget counts them, and no policy
+needs to know about them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..positions.layout import VideoClock
+from .base import EncodedChunk, ModelAdapter
+from .synthetic import synthetic_embeddings
+
+
+@dataclass
+class Qwen3Chunk(EncodedChunk):
+    """An encoded chunk plus what its prefill needs: DeepStack features at its cells."""
+
+    visual_mask: Tensor | None = None  # (n,) bool: the cells (video pad tokens)
+    deepstack: list[Tensor] = field(default_factory=list)  # per injected layer: (cells, hidden)
+    layout: list[tuple[int, int, int]] = field(default_factory=list)  # per patch: (text before, rows, cols)
+    timestamps: list[float] = field(default_factory=list)  # per patch, seconds
+
+
+def patch_timestamps(times: list[float] | np.ndarray, temporal_patch: int) -> list[float]:
+    """One time per temporal patch: the mean of its first and last frame's time (the processor's rule).
+
+    A tail shorter than a patch is padded with its last time, as the processor pads indices.
+    """
+    times = [float(t) for t in times]
+    if not times:
+        return []
+    while len(times) % temporal_patch:
+        times.append(times[-1])
+    return [(times[i] + times[i + temporal_patch - 1]) / 2 for i in range(0, len(times), temporal_patch)]
+
+
+def timestamp_text(seconds: float) -> str:
+    """The processor's marker before a temporal patch."""
+    return f"<{seconds:.1f} seconds>"
+
+
+class Qwen3VLAdapter(ModelAdapter):
+    family = "qwen3-vl"
+    position_axes = 3
+
+    def __init__(self, model, processor, **kwargs) -> None:
+        super().__init__(model, processor, **kwargs)
+        vp = processor.video_processor
+        self.frames_per_unit = int(vp.temporal_patch_size)
+        self.merge = int(vp.merge_size)
+        self.video_token = processor.video_token
+        self.video_token_id = int(processor.video_token_id)
+        self.vision_start = processor.vision_start_token
+        self.vision_end = processor.vision_end_token
+        self.vision_end_id = int(processor.vision_end_token_id)
+        if model.config.model_type == "qwen3_vl_moe":
+            self.family = "qwen3-vl-moe"
+        self.fps = 1.0  # frame rate of the stream, for chunks that come without times
+
+    @property
+    def text_model(self):
+        return self.model.model.language_model
+
+    def _split(self, question, history, system_prompt):
+        """The chat template's prompt around the video, without a wrapper around the placeholder.
+
+        Qwen3-VL's template renders ``<|vision_start|><|video_pad|><|vision_end|>``; the original
+        processor replaces that whole group with the per-patch blocks (each has its own start and
+        end), the layout the model was trained with. transformers 5.24 replaces only the pad and
+        leaves the outer pair around the blocks; the stream keeps the trained layout.
+        """
+        prefix, suffix = super()._split(question, history, system_prompt)
+        if prefix.endswith(self.vision_start) and suffix.startswith(self.vision_end):
+            prefix, suffix = prefix[: -len(self.vision_start)], suffix[len(self.vision_end):]
+        return prefix, suffix
+
+    # -- video --------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def encode(self, frames: np.ndarray, first_unit: int, times: Sequence[float] | None = None) -> Qwen3Chunk:
+        """Embed frames (F, H, W, 3) with their stream times in seconds (default: unit clock at ``fps``)."""
+        if frames.shape[0] % self.frames_per_unit:
+            raise ValueError(f"Qwen-VL chunks need a multiple of {self.frames_per_unit} frames")
+        if times is None:
+            start = first_unit * self.frames_per_unit
+            times = [(start + i) / self.fps for i in range(frames.shape[0])]
+        out = self.processor.video_processor(
+            videos=[frames], return_tensors="pt", do_sample_frames=False, cap_pixels_per_frame=True,
+            **self._size(frames.shape[0]),
+        )
+        pixels = out["pixel_values_videos"].to(self.device)
+        grid = out["video_grid_thw"].to(self.device)
+        vision = self.model.model.get_video_features(pixels, grid, return_dict=True)
+        features = torch.cat(vision.pooler_output, dim=0)
+        deepstack = [torch.cat(f, dim=0) for f in vision.deepstack_features]
+        t, h, w = (int(x) for x in grid[0])
+        return self._chunk(features, deepstack, (t, h, w), first_unit, patch_timestamps(times, self.frames_per_unit),
+                           pixel_values=out["pixel_values_videos"])
+
+    @torch.no_grad()
+    def synthetic_encode(self, frames_count: int, first_unit: int, frame_hw: tuple[int, int]) -> Qwen3Chunk:
+        """Random cell features (and DeepStack features) with exactly ``encode``'s token layout.
+
+        For benchmarks of the language model; the grid is what the official video processor
+        gives frames of size ``frame_hw`` (asked once per size on blank frames); timestamps
+        follow the unit clock at ``fps``.
+        """
+        if frames_count % self.frames_per_unit:
+            raise ValueError(f"Qwen-VL chunks need a multiple of {self.frames_per_unit} frames")
+        key = (frames_count, tuple(frame_hw))
+        grids = self.__dict__.setdefault("_synthetic_grids", {})
+        if key not in grids:
+            blank = np.zeros((frames_count, *frame_hw, 3), dtype=np.uint8)
+            out = self.processor.video_processor(
+                videos=[blank], return_tensors="pt", do_sample_frames=False, cap_pixels_per_frame=True,
+                **self._size(frames_count),
+            )
+            grids[key] = tuple(int(x) for x in out["video_grid_thw"][0])
+        t, h, w = grids[key]
+        cells = t * (h // self.merge) * (w // self.merge)
+        features = synthetic_embeddings(self, cells, first_unit)[0]
+        layers = len(getattr(self.model.config.vision_config, "deepstack_visual_indexes", ()) or ())
+        deepstack = [synthetic_embeddings(self, cells, first_unit * 31 + i + 1)[0] for i in range(layers)]
+        start = first_unit * self.frames_per_unit
+        times = [(start + i) / self.fps for i in range(frames_count)]
+        return self._chunk(features, deepstack, (t, h, w), first_unit, patch_timestamps(times, self.frames_per_unit))
+
+    def _chunk(self, features: Tensor, deepstack: list[Tensor], grid_thw: tuple[int, int, int], first_unit: int,
+               stamps: list[float], **extra) -> Qwen3Chunk:
+        """The processor's token layout for ``grid_thw``: per patch, timestamp text, start, cells, end."""
+        t, h, w = grid_thw
+        rows, cols = h // self.merge, w // self.merge
+        cells = rows * cols
+        ids, unit, patch, row, col, layout = [], [], [], [], [], []
+        k = torch.arange(cells)
+        for u in range(t):
+            before = self.tokens(timestamp_text(stamps[u]) + self.vision_start)
+            n_text = before.shape[0]
+            ids += [before, torch.full((cells,), self.video_token_id, dtype=torch.long),
+                    torch.tensor([self.vision_end_id])]
+            unit.append(torch.full((n_text + cells + 1,), first_unit + u, dtype=torch.long))
+            patch += [cells + torch.arange(n_text), k, torch.tensor([cells + n_text])]
+            minus = torch.full((n_text,), -1, dtype=torch.long)
+            row += [minus, k // cols, torch.tensor([-1])]
+            col += [minus, k % cols, torch.tensor([-1])]
+            layout.append((n_text, rows, cols))
+        input_ids = torch.cat(ids)
+        mask = input_ids == self.video_token_id
+        embeds = self.embed(input_ids).clone()
+        embeds[0, mask.to(embeds.device)] = features.to(embeds.device, embeds.dtype)
+        chunk = Qwen3Chunk(
+            embeds=embeds, input_ids=input_ids, unit=torch.cat(unit), patch=torch.cat(patch),
+            row=torch.cat(row), col=torch.cat(col), units=t, grid_thw=torch.tensor([list(grid_thw)]),
+            visual_mask=mask, deepstack=deepstack, layout=layout, timestamps=stamps[:t], **extra,
+        )
+        return chunk
+
+    def _size(self, frames: int) -> dict:
+        """The processor's size override for ``max_pixels`` per frame (none: the model's own setting).
+
+        Qwen3-VL's video processor budgets ``longest_edge`` over all the frames it is given and
+        floors each frame at 1.05 × ``shortest_edge``; both are set so a frame gets ``max_pixels``.
+        """
+        if self.max_pixels is None:
+            return {}
+        size = self.processor.video_processor.size
+        shortest = min(size["shortest_edge"], int(self.max_pixels / 1.05))
+        return {"size": {"shortest_edge": shortest, "longest_edge": self.max_pixels * frames}}
+
+    # -- positions ------------------------------------------------------------------------------------
+    def video_clock(self, video_start: int, fps: float) -> VideoClock:
+        """Positions need no clock (text timestamps carry time); it records ``fps`` for timeless chunks.
+
+        ``interval`` 1: re-indexing ranks every axis densely.
+        """
+        self.fps = float(fps)
+        return VideoClock(t_origin=video_start, hw_origin=video_start, unit_origin=0, interval=1.0)
+
+    def chunk_positions(self, chunk: Qwen3Chunk, clock: VideoClock, next_free: int) -> Tensor:
+        """``get_rope_index``'s layout from ``next_free``: text +1 on all axes; a patch's cells at
+        (s, s + row, s + col), after which text resumes at s + max(rows, cols)."""
+        parts, cur = [], int(next_free)
+        for n_text, rows, cols in chunk.layout:
+            parts.append((cur + torch.arange(n_text, dtype=torch.long)).unsqueeze(1).expand(-1, 3))
+            cur += n_text
+            k = torch.arange(rows * cols, dtype=torch.long)
+            parts.append(torch.stack([torch.full_like(k, cur), cur + k // cols, cur + k % cols], dim=1))
+            cur += max(rows, cols)
+            parts.append(torch.full((1, 3), cur, dtype=torch.long))
+            cur += 1
+        return torch.cat(parts)
+
+    # -- running the language model ---------------------------------------------------------------------
+    def _run(self, embeds: Tensor, positions: Tensor, cache, attentions: bool, attention_mask: Tensor | None,
+             chunk: EncodedChunk | None = None):
+        """As the base; the prefill of a chunk adds its DeepStack features at its cells."""
+        extra = {}
+        if isinstance(chunk, Qwen3Chunk) and chunk.deepstack and chunk.visual_mask is not None:
+            extra = {"visual_pos_masks": chunk.visual_mask.to(self.device).unsqueeze(0),
+                     "deepstack_visual_embeds": chunk.deepstack}
+        return self.text_model(
+            inputs_embeds=embeds.to(self.dtype),
+            attention_mask=attention_mask,
+            position_ids=self.position_ids(positions),
+            cache=cache,
+            use_cache=True,
+            output_attentions=attentions,
+            **extra,
+        )
