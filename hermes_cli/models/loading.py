@@ -133,6 +133,6 @@ def _load_pretrained(name: str, device: torch.device, dtype: torch.dtype, max_pi
         raise ModelLoadError(f"cannot load weights of {name!r}: {exc}".splitlines()[0]) from exc
     adapter = ADAPTERS[family.name](model, processor, name=name, max_pixels=max_pixels)
     if spread:
-        adapter.device_map = dict(model.hf_device_map)
+        adapter.device_map = dict(getattr(model, "hf_device_map", {}))
         adapter.input_device = main_device(adapter.device_map)
     return adapter

@@ -55,7 +55,7 @@ class Qwen3Chunk(EncodedChunk):
     timestamps: list[float] = field(default_factory=list)  # per patch, seconds
 
 
-def patch_timestamps(times: list[float] | np.ndarray, temporal_patch: int) -> list[float]:
+def patch_timestamps(times: Sequence[float] | np.ndarray, temporal_patch: int) -> list[float]:
     """One time per temporal patch: the mean of its first and last frame's time (the processor's rule).
 
     A tail shorter than a patch is padded with its last time, as the processor pads indices.
@@ -209,9 +209,10 @@ class Qwen3VLAdapter(ModelAdapter):
         self.fps = float(fps)
         return VideoClock(t_origin=video_start, hw_origin=video_start, unit_origin=0, interval=1.0)
 
-    def chunk_positions(self, chunk: Qwen3Chunk, clock: VideoClock, next_free: int) -> Tensor:
+    def chunk_positions(self, chunk: EncodedChunk, clock: VideoClock, next_free: int) -> Tensor:
         """``get_rope_index``'s layout from ``next_free``: text +1 on all axes; a patch's cells at
         (s, s + row, s + col), after which text resumes at s + max(rows, cols)."""
+        assert isinstance(chunk, Qwen3Chunk), "Qwen3-VL positions need the chunk's text/cell layout"
         parts, cur = [], int(next_free)
         for n_text, rows, cols in chunk.layout:
             parts.append((cur + torch.arange(n_text, dtype=torch.long)).unsqueeze(1).expand(-1, 3))

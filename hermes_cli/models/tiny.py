@@ -8,6 +8,8 @@ benchmarks, and are always announced as random weights.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
@@ -164,16 +166,13 @@ def tiny_qwen3_vl(num_layers: int = 10, max_positions: int = 32768, moe: bool = 
     template renders the video as the bare ``<|video_pad|>`` that the processor expands into
     ``<t seconds><|vision_start|>cells<|vision_end|>`` per temporal patch.
     """
+    import transformers
     from transformers import Qwen3VLProcessor
     from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
     from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
 
-    if moe:
-        from transformers import Qwen3VLMoeConfig as Config
-        from transformers import Qwen3VLMoeForConditionalGeneration as Model
-    else:
-        from transformers import Qwen3VLConfig as Config
-        from transformers import Qwen3VLForConditionalGeneration as Model
+    Config: Any = transformers.Qwen3VLMoeConfig if moe else transformers.Qwen3VLConfig
+    Model: Any = transformers.Qwen3VLMoeForConditionalGeneration if moe else transformers.Qwen3VLForConditionalGeneration
 
     tokenizer = make_tokenizer(QWEN_SPECIALS)
     config = Config(**_qwen3_vl_config(moe, num_layers, max_positions, tokenizer.convert_tokens_to_ids))
