@@ -58,9 +58,7 @@ class StreamState:
     layers: list[LayerTokens]
     budget: int
     tokens_per_frame: int  # stream tokens one frame adds (for Qwen: one temporal patch)
-    frames_seen: int  # frames ingested since the stream started
     rotary: Rotary | None = None
-    history: tuple[tuple[str, str], ...] = ()  # (question, answer) turns so far
 
     @property
     def num_layers(self) -> int:

@@ -61,7 +61,7 @@ def one_layer_state(axes: int) -> StreamState:
         patch=torch.zeros(n, dtype=torch.long), positions=torch.arange(n).unsqueeze(1).expand(-1, axes),
         is_summary=torch.zeros(n, dtype=torch.bool),
     )
-    return StreamState([tokens], 2, 1, n)
+    return StreamState([tokens], 2, 1)
 
 
 def test_reference_constants_follow_the_family():

@@ -199,7 +199,7 @@ def test_reference_profile_reproduces_the_official_algorithm_over_a_stream(famil
         expected = official.keep_indices(rows_by_query)
         state = StreamState(
             layers=[layer_tokens(l, entry, {n: r[l] for n, r in rows_by_query.items()}) for l, entry in enumerate(cache)],
-            budget=budget, tokens_per_frame=rows * cols, frames_seen=next_unit, rotary=rotary,
+            budget=budget, tokens_per_frame=rows * cols, rotary=rotary,
         )
         choices = policy.select(state)
         after = official.shrink(cache, expected)
@@ -235,7 +235,7 @@ def test_the_golden_stream_tells_the_profiles_apart_on_llava():
                 positions=torch.arange(n).unsqueeze(1), is_summary=torch.zeros(n, dtype=torch.bool),
                 attention={"mixed": torch.rand(n, generator=g), "global": torch.rand(n, generator=g)},
             ))
-        state = StreamState(layers, budget, 6, 5, None)
+        state = StreamState(layers, budget, 6, None)
         scores[profile] = [c.keep.tolist() for c in make_policy("hermes", profile=profile).select(state)]
     assert scores["paper"][7:] == scores["reference"][7:]  # deep layers do not use the constants
     assert any(a != b for a, b in zip(scores["paper"][1:7], scores["reference"][1:7]))

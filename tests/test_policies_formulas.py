@@ -40,9 +40,8 @@ def layer(frames, patches, keys=None, values=None, *, ids=None, positions=None, 
     )
 
 
-def state(layers, budget, tokens_per_frame=1, rotary=None, history=()):
-    frames_seen = max(int(l.frame.max()) for l in layers) + 1
-    return StreamState(layers, budget, tokens_per_frame, frames_seen, rotary, history)
+def state(layers, budget, tokens_per_frame=1, rotary=None):
+    return StreamState(layers, budget, tokens_per_frame, rotary)
 
 
 class Rope1D:

@@ -1,9 +1,9 @@
-"""Every policy on simulated streams: a pure-tensor cache, no model.
+"""Every policy on simulated streams: the engine's cache and compression step, no model.
 
-``Stream`` appends chunks of random keys/values to every layer (fresh token ids shared by all
-layers), asks the policy whether and what to compress, and applies its choice exactly as the
-engine's cache does: gather the kept tokens, append the summary token with a fresh id per layer.
-Hypothesis draws the stream shapes, budgets and policy options.
+``Stream`` appends chunks of random keys/values to every layer of a ``StreamingCache`` (fresh
+token ids shared by all layers) and runs the engine's model-free ``compress`` step with random
+pseudo-query attention whenever the policy asks to compress. Hypothesis draws the stream
+shapes, budgets and policy options.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies import POLICIES, LayerChoice, LayerTokens, Policy, StreamState, make_policy
+from hermes_cli.engine.cache import KIND_VIDEO, StreamingCache, TokenMeta
+from hermes_cli.engine.compression import Signals, compress, stream_state
+from policies import POLICIES, LayerChoice, Policy, StreamState, make_policy
 
 FIELDS = ("keys", "values", "token_id", "frame", "patch", "positions", "is_summary")
 
@@ -54,7 +56,6 @@ class Stream:
     spec: Spec
     heads: int = 2
     dim: int = 4
-    layers: list[dict[str, torch.Tensor]] = field(init=False)
     appended: list[int] = field(init=False, default_factory=list)  # stream token ids, oldest first
     compressions: int = field(init=False, default=0)
 
@@ -62,23 +63,18 @@ class Stream:
         self.random = random.Random(self.spec.seed)
         self.generator = torch.Generator().manual_seed(self.spec.seed)
         self.rotary = ToyRotary(self.dim, self.spec.axes)
-        self.next_id = self.next_frame = self.next_position = 0
-        empty = {
-            "keys": torch.zeros(self.heads, 0, self.dim), "values": torch.zeros(self.heads, 0, self.dim),
-            "token_id": torch.zeros(0, dtype=torch.long), "frame": torch.zeros(0, dtype=torch.long),
-            "patch": torch.zeros(0, dtype=torch.long), "positions": torch.zeros(0, self.spec.axes, dtype=torch.long),
-            "is_summary": torch.zeros(0, dtype=torch.bool),
-        }
-        self.layers = [dict(empty) for _ in range(self.spec.num_layers)]
+        self.cache = StreamingCache(self.spec.num_layers)
+        self.next_frame = self.next_position = 0
 
     @property
     def length(self) -> int:
-        return self.layers[0]["token_id"].shape[0]
+        return self.cache.length
 
-    def fresh_ids(self, count: int) -> torch.Tensor:
-        ids = torch.arange(self.next_id, self.next_id + count)
-        self.next_id += count
-        return ids
+    @property
+    def layers(self) -> list[dict[str, torch.Tensor]]:
+        """Each layer's stream tokens (copies), by field."""
+        views = [self.cache.stream_view(l) for l in range(self.spec.num_layers)]
+        return [{name: getattr(view, name).clone() for name in FIELDS} for view in views]
 
     def append_chunk(self) -> None:
         frames = self.random.randint(1, self.spec.max_frames_per_chunk)
@@ -89,18 +85,14 @@ class Stream:
             frame = torch.cat([frame, frame[-1:]])
             patch = torch.cat([patch, torch.tensor([tpf])])
         n = frame.shape[0]
-        ids = self.fresh_ids(n)
-        self.appended += ids.tolist()
         positions = self.positions(frame, patch)
-        for layer in self.layers:
-            new = {
-                "keys": torch.randn(self.heads, n, self.dim, generator=self.generator),
-                "values": torch.randn(self.heads, n, self.dim, generator=self.generator),
-                "token_id": ids, "frame": frame, "patch": patch, "positions": positions,
-                "is_summary": torch.zeros(n, dtype=torch.bool),
-            }
-            for name in FIELDS:
-                layer[name] = torch.cat([layer[name], new[name]], dim=1 if name in ("keys", "values") else 0)
+        for layer in range(self.spec.num_layers):  # what the model's attention does for each layer
+            keys = torch.randn(1, self.heads, n, self.dim, generator=self.generator)
+            values = torch.randn(1, self.heads, n, self.dim, generator=self.generator)
+            self.cache.update(keys, values, layer)
+        first = self.cache.new_ids(n)
+        self.appended += list(range(first, first + n))
+        self.cache.record(TokenMeta.new(KIND_VIDEO, first, positions, frame=frame, patch=patch))
         self.next_frame += frames
 
     def positions(self, frame: torch.Tensor, patch: torch.Tensor) -> torch.Tensor:
@@ -113,36 +105,23 @@ class Stream:
         self.next_position = int(positions.max()) + 1
         return positions
 
-    def state(self, budget: int | None = None, history=()) -> StreamState:
+    def signals(self, budget: int | None = None, history=()) -> Signals:
         names = self.policy.pseudo_queries(history)
-        layers = [
-            LayerTokens(**layer, attention={name: torch.rand(self.length, generator=self.generator) for name in names})
-            for layer in self.layers
-        ]
+        attention = {name: [torch.rand(self.length, generator=self.generator) for _ in range(self.spec.num_layers)]
+                     for name in names}
         budget = self.spec.budget if budget is None else budget
-        return StreamState(layers, budget, self.spec.tokens_per_frame, self.next_frame, self.rotary, history)
+        return Signals(budget=budget, tokens_per_frame=self.spec.tokens_per_frame, attention=attention,
+                       rotary=self.rotary)
 
-    def compress_if_needed(self) -> list[LayerChoice] | None:
+    def state(self, budget: int | None = None, history=()) -> StreamState:
+        return stream_state(self.cache, self.signals(budget, history))
+
+    def compress_if_needed(self, history=()) -> list[LayerChoice] | None:
         if not self.policy.should_compress(self.length, self.spec.budget):
             return None
-        choices = self.policy.select(self.state())
-        self.apply(choices)
+        choices = compress(self.cache, self.policy, self.signals(history=history))
         self.compressions += 1
         return choices
-
-    def apply(self, choices: list[LayerChoice]) -> None:
-        for layer, choice in zip(self.layers, choices):
-            for name in FIELDS:
-                layer[name] = layer[name][:, choice.keep] if name in ("keys", "values") else layer[name][choice.keep]
-            if choice.summary is not None:
-                s = choice.summary
-                summary = {
-                    "keys": s.key.unsqueeze(1), "values": s.value.unsqueeze(1), "token_id": self.fresh_ids(1),
-                    "frame": torch.tensor([-1]), "patch": torch.tensor([-1]), "positions": s.position.view(1, -1),
-                    "is_summary": torch.tensor([True]),
-                }
-                for name in FIELDS:
-                    layer[name] = torch.cat([layer[name], summary[name]], dim=1 if name in ("keys", "values") else 0)
 
 
 @st.composite
@@ -301,8 +280,7 @@ def test_hermes_keeps_one_summary_through_questions_and_history():
     history = (("What is on the table?", "A cup."),)
     for _ in range(spec.chunks):
         stream.append_chunk()
-        if stream.policy.should_compress(stream.length, spec.budget):
-            stream.apply(stream.policy.select(stream.state(history=history)))
+        stream.compress_if_needed(history)
     assert [int(layer["is_summary"].sum()) for layer in stream.layers] == [0] * 7 + [1] * 3
 
 

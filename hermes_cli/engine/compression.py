@@ -27,7 +27,6 @@ class Signals:
     tokens_per_frame: int = 1  # stream tokens one unit adds
     attention: dict[str, list[Tensor]] = field(default_factory=dict)  # pseudo-query name → per layer (N,)
     rotary: Rotary | None = None
-    units_seen: int = 0
 
 
 def stream_state(cache: StreamingCache, signals: Signals) -> StreamState:
@@ -37,7 +36,7 @@ def stream_state(cache: StreamingCache, signals: Signals) -> StreamState:
         for l in range(cache.num_layers)
     ]
     return StreamState(layers=layers, budget=signals.budget, tokens_per_frame=signals.tokens_per_frame,
-                       frames_seen=signals.units_seen, rotary=signals.rotary)
+                       rotary=signals.rotary)
 
 
 def compress(cache: StreamingCache, policy: Policy, signals: Signals) -> list[LayerChoice]:

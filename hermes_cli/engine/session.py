@@ -151,7 +151,7 @@ class Session:
         attention = pseudo_query_attention(self.adapter, self.cache, texts, self.positions.next(),
                                            self.config.pseudo_query)
         signals = Signals(budget=budget, tokens_per_frame=self._tokens_per_unit or 1, attention=attention,
-                          rotary=self.adapter.rotary, units_seen=self.units_seen)
+                          rotary=self.adapter.rotary)
         compress(self.cache, self.policy, signals)
         self.compressions += 1
         return True
