@@ -59,7 +59,7 @@ def test_the_recent_window_stays_at_r_times_the_cap_in_units(
             assert bool(kept[picks].all())  # TaR's share is forced in
             available = int(torch.isfinite(scores).sum())
             assert int(picks.sum()) == min(max(quota, 0), available)
-        stream.apply(choices)
+        stream.cache.apply(choices)
         compressions += 1
     assert compressions >= 10
 
