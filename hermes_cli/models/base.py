@@ -61,6 +61,8 @@ class ModelAdapter(ABC):
         self.rotary = RotaryDelta.from_rotary_embedding(self.text_model.rotary_emb)
         self.device_map: dict | None = None  # block -> device, when spread by --device auto
         self.input_device: torch.device | None = None  # where inputs go when spread
+        self.synthetic_scale: float | None = None  # benchmarks' random embeddings: the token embeddings' scale
+        self.synthetic_grids: dict[tuple[int, ...], tuple[int, int, int]] = {}  # (frames, h, w) -> patch grid
 
     # -- model facts ----------------------------------------------------------------------------
     @property

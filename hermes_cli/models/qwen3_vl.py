@@ -42,7 +42,7 @@ from torch import Tensor
 
 from ..positions.layout import VideoClock
 from .base import EncodedChunk, ModelAdapter
-from .synthetic import synthetic_embeddings
+from .synthetic import processor_grid, synthetic_embeddings
 
 
 @dataclass
@@ -140,16 +140,7 @@ class Qwen3VLAdapter(ModelAdapter):
         """
         if frames_count % self.frames_per_unit:
             raise ValueError(f"Qwen-VL chunks need a multiple of {self.frames_per_unit} frames")
-        key = (frames_count, tuple(frame_hw))
-        grids = self.__dict__.setdefault("_synthetic_grids", {})
-        if key not in grids:
-            blank = np.zeros((frames_count, *frame_hw, 3), dtype=np.uint8)
-            out = self.processor.video_processor(
-                videos=[blank], return_tensors="pt", do_sample_frames=False, cap_pixels_per_frame=True,
-                **self._size(frames_count),
-            )
-            grids[key] = tuple(int(x) for x in out["video_grid_thw"][0])
-        t, h, w = grids[key]
+        t, h, w = processor_grid(self, frames_count, frame_hw, self._size(frames_count))
         cells = t * (h // self.merge) * (w // self.merge)
         features = synthetic_embeddings(self, cells, first_unit)[0]
         layers = len(getattr(self.model.config.vision_config, "deepstack_visual_indexes", ()) or ())

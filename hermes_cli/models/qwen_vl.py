@@ -21,7 +21,7 @@ import torch
 
 from ..positions.layout import VideoClock, scaled_positions, time_interval
 from .base import EncodedChunk, ModelAdapter
-from .synthetic import synthetic_embeddings
+from .synthetic import processor_grid, synthetic_embeddings
 
 
 class QwenVLAdapter(ModelAdapter):
@@ -69,16 +69,7 @@ class QwenVLAdapter(ModelAdapter):
         """
         if frames_count % self.frames_per_unit:
             raise ValueError(f"Qwen-VL chunks need a multiple of {self.frames_per_unit} frames")
-        key = (frames_count, tuple(frame_hw))
-        grids = self.__dict__.setdefault("_synthetic_grids", {})
-        if key not in grids:
-            blank = np.zeros((frames_count, *frame_hw, 3), dtype=np.uint8)
-            out = self.processor.video_processor(
-                videos=[blank], return_tensors="pt", do_sample_frames=False, cap_pixels_per_frame=True,
-                **self._size(),
-            )
-            grids[key] = tuple(int(x) for x in out["video_grid_thw"][0])
-        t, h, w = grids[key]
+        t, h, w = processor_grid(self, frames_count, frame_hw, self._size())
         n = t * (h // self.merge) * (w // self.merge)
         return self._chunk(synthetic_embeddings(self, n, first_unit), (t, h, w), first_unit)
 
