@@ -158,11 +158,8 @@ def _llava_onevision(cfg: dict):
     return config, processor, LlavaOnevisionForConditionalGeneration
 
 
-def _qwen2_5_vl(cfg: dict):
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor
-    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
-    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
-
+def _qwen_text(cfg: dict):
+    """(tokenizer, special token ids, text config) shared by the Qwen-VL families."""
     tokenizer = make_tokenizer(QWEN_SPECIALS)
     ids = _token_ids(tokenizer, {
         "eos": "<|im_end|>", "pad": "<|endoftext|>", "image": "<|image_pad|>", "video": "<|video_pad|>",
@@ -170,6 +167,15 @@ def _qwen2_5_vl(cfg: dict):
     })
     text = dict(cfg["text_config"])
     text.update(bos_token_id=ids["pad"], eos_token_id=ids["eos"], pad_token_id=ids["pad"])
+    return tokenizer, ids, text
+
+
+def _qwen2_5_vl(cfg: dict):
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
+    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+
+    tokenizer, ids, text = _qwen_text(cfg)
     config = Qwen2_5_VLConfig(  # type: ignore[call-arg]  # transformers' typed config __init__ omits inherited kwargs
         text_config=text,
         vision_config=dict(cfg["vision_config"]),
@@ -192,13 +198,7 @@ def _qwen3_vl(cfg: dict):
     from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
     from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
 
-    tokenizer = make_tokenizer(QWEN_SPECIALS)
-    ids = _token_ids(tokenizer, {
-        "eos": "<|im_end|>", "pad": "<|endoftext|>", "image": "<|image_pad|>", "video": "<|video_pad|>",
-        "vstart": "<|vision_start|>", "vend": "<|vision_end|>",
-    })
-    text = dict(cfg["text_config"])
-    text.update(bos_token_id=ids["pad"], eos_token_id=ids["eos"], pad_token_id=ids["pad"])
+    tokenizer, ids, text = _qwen_text(cfg)
     config = Qwen3VLConfig(
         text_config=text, vision_config=dict(cfg["vision_config"]),
         video_token_id=ids["video"], image_token_id=ids["image"],
