@@ -86,11 +86,12 @@ def test_infinipot_compresses_to_its_ratio_when_the_cap_is_reached(tiny_llava):
     assert max(session.cache.stream_counts()) <= 40
 
 
+@pytest.mark.parametrize("mode", ["forward", "approx"])
 @pytest.mark.parametrize("which", ["qwen", "llava"])
-def test_pseudo_queries_side_by_side_equal_separate_forwards(tiny_qwen, tiny_llava, which):
-    """One masked forward of all pseudo-queries gives each exactly its own forward's attention."""
+def test_pseudo_queries_side_by_side_equal_separate_passes(tiny_qwen, tiny_llava, which, mode):
+    """One masked pass of all pseudo-queries gives each exactly its own pass's attention."""
     adapter = tiny_qwen if which == "qwen" else tiny_llava
-    session = session_for(adapter, "hermes", 10_000)
+    session = session_for(adapter, "hermes", 10_000, pseudo_query=mode)
     session.ingest(moving_square_frames(8), [float(i) for i in range(8)])
     texts = {"mixed": "Describe the scene; summarize the story.", "global": "Summarize the video narrative."}
     together = attention_of(session, texts)
@@ -111,3 +112,23 @@ def test_side_by_side_mask_shape_and_blocks():
         [1, 1, 1, 0, 0, 1, 0],
         [1, 1, 1, 0, 0, 1, 1],
     ]
+
+
+@pytest.mark.parametrize("which", ["qwen", "llava"])
+def test_reduced_approx_attention_is_the_mean_of_the_full_weights(tiny_qwen, tiny_llava, which):
+    """The batched, reduced approximate pass equals each text's full weights averaged over heads and tokens."""
+    adapter = tiny_qwen if which == "qwen" else tiny_llava
+    session = session_for(adapter, "hermes", 10_000)
+    session.ingest(moving_square_frames(8), [float(i) for i in range(8)])
+    ids = [adapter.tokens("Describe the scene."), adapter.tokens("Summarize the video narrative so far.")]
+    start, keys = session.positions.next(), session.cache.held_keys()
+    sizes = [t.shape[0] for t in ids]
+    embeds = adapter.embed(torch.cat(ids))
+    positions = torch.cat([adapter.text_positions(start, n) for n in sizes])
+    reduced = adapter.approx_attention(embeds, positions, keys, sizes, reduce=True)
+    cached = session.cache.length
+    for index, t in enumerate(ids):
+        full = adapter.approx_attention(adapter.embed(t), adapter.text_positions(start, t.shape[0]), keys)
+        assert all(w.shape == (1, adapter.text_config.num_attention_heads, t.shape[0], cached + t.shape[0]) for w in full)
+        for layer, weights in enumerate(full):
+            assert torch.allclose(reduced[layer][index], weights[0, :, :, :cached].mean(dim=(0, 1)), atol=1e-7, rtol=1e-5)

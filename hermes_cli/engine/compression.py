@@ -67,23 +67,20 @@ def pseudo_query_attention(adapter: ModelAdapter, cache: StreamingCache, texts: 
     ``forward`` runs every pseudo-query in one real forward on top of the cache — each text at
     the positions from ``start`` and masked from the others, so each sees exactly what a
     forward of its own would — and takes each layer's attention weights, averaged over heads
-    and the text's tokens; the tokens are then removed. ``approx`` projects the token
-    embeddings through each layer's query projection (the paper's shortcut).
+    and the text's tokens; the tokens are then removed. ``approx`` (the paper's shortcut)
+    projects every text's token embeddings through each layer's norm and projections, all
+    texts in one batched pass.
     """
     if not texts:
         return {}
     p, length = cache.prefix_length(), cache.length
     ids = {name: adapter.tokens(text) for name, text in texts.items()}
-    if mode == "approx":
-        keys = cache.held_keys()
-        weights = {
-            name: adapter.approx_attention(adapter.embed(t), adapter.text_positions(start, t.shape[0]), keys)
-            for name, t in ids.items()
-        }
-        return {name: [w[0].float().mean(dim=(0, 1))[p:length] for w in ws] for name, ws in weights.items()}
     sizes = [t.shape[0] for t in ids.values()]
     embeds = adapter.embed(torch.cat(list(ids.values())))
     positions = torch.cat([adapter.text_positions(start, n) for n in sizes])
+    if mode == "approx":
+        means = adapter.approx_attention(embeds, positions, cache.held_keys(), sizes, reduce=True)
+        return {name: [m[i, p:length] for m in means] for i, name in enumerate(ids)}
     mask = side_by_side_mask(length, sizes, adapter.dtype, adapter.device)
     mark = cache.mark()
     try:

@@ -195,35 +195,56 @@ class ModelAdapter(ABC):
             self.text_model.set_attn_implementation(previous)
 
     @torch.no_grad()
-    def approx_attention(self, embeds: Tensor, positions: Tensor, cached_keys: Sequence[Tensor]) -> list[Tensor]:
-        """The HERMES paper's cheap pseudo-query attention, per layer (1, heads, q, cached + q).
+    def approx_attention(self, embeds: Tensor, positions: Tensor, cached_keys: Sequence[Tensor],
+                         sizes: Sequence[int] | None = None, reduce: bool = False) -> list[Tensor]:
+        """The HERMES paper's cheap pseudo-query attention, per layer.
 
         As in the paper and its reference code: every layer takes the *raw* token embeddings
         (no hidden states from the layers below) through its ``input_layernorm`` and its query
-        and key projections, rotated at ``positions``. The softmax runs over the cached keys
-        followed by the pseudo-query's own keys, with no causal mask, in float32 (the reference's
-        fp16 softmax is a precision quirk, not kept). ``cached_keys`` holds each layer's cached
-        keys (1, kv_heads, cached, D); columns ``[:cached]`` of the result are theirs.
+        and key projections (and per-head q/k norms where the model has them), rotated at
+        ``positions``. Each text's softmax runs over the cached keys followed by its own keys,
+        with no causal mask, in float32 (the reference's fp16 softmax is a precision quirk, not
+        kept). ``cached_keys``: each layer's cached keys (1, kv_heads, cached, D).
+
+        ``embeds`` may hold several texts side by side (``sizes``: their lengths; default one
+        text); none sees another's keys. Returns per layer the weights (1, heads, q, cached + q)
+        (other texts' columns 0), or with ``reduce`` only their mean over heads and each text's
+        tokens on the cached columns, (texts, cached) — computed per key-value head group,
+        without copying keys per query head.
         """
+        n = embeds.shape[1]
+        sizes = list(sizes) if sizes is not None else [n]
+        text = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
         embeds = embeds.to(self.dtype)
         cos, sin = self.text_model.rotary_emb(embeds, self.position_ids(positions))
         cos, sin = cos.unsqueeze(1).float(), sin.unsqueeze(1).float()
-        weights = []
+        out = []
         for index, layer in enumerate(self.text_model.layers):
             attn = layer.self_attn
             normed = layer.input_layernorm(embeds)
-            q = attn.q_proj(normed).view(1, embeds.shape[1], -1, attn.head_dim)
-            own = attn.k_proj(normed).view(1, embeds.shape[1], -1, attn.head_dim)
+            q = attn.q_proj(normed).view(1, n, -1, attn.head_dim)
+            own = attn.k_proj(normed).view(1, n, -1, attn.head_dim)
             if hasattr(attn, "q_norm"):  # Qwen3: per-head norms before the rotation
                 q, own = attn.q_norm(q), attn.k_norm(own)
             q, own = q.transpose(1, 2).float(), own.transpose(1, 2).float()
             c, s = cos.to(q.device), sin.to(q.device)  # layers may sit on other devices (--device auto)
-            q = q * c + rotate_half(q) * s
-            own = own * c + rotate_half(own) * s
-            keys = torch.cat([cached_keys[index].float().to(q.device), own], dim=-2)
-            keys = keys.repeat_interleave(q.shape[1] // keys.shape[1], dim=1)
-            weights.append(torch.softmax(q @ keys.transpose(-1, -2) * attn.scaling, dim=-1))
-        return weights
+            q = (q * c + rotate_half(q) * s)[0]  # (H, n, D)
+            own = (own * c + rotate_half(own) * s)[0]  # (KV, n, D)
+            cached = cached_keys[index][0].to(q.device, torch.float32)  # (KV, N, D)
+            kv, group = cached.shape[0], q.shape[0] // cached.shape[0]
+            grouped = q.view(kv, group, n, -1)
+            to_cache = torch.einsum("kgqd,knd->kgqn", grouped, cached)
+            to_own = torch.einsum("kgqd,kmd->kgqm", grouped, own)
+            to_own = to_own.masked_fill((text[:, None] != text[None, :]).to(q.device), float("-inf"))
+            weights = torch.softmax(torch.cat([to_cache, to_own], dim=-1) * attn.scaling, dim=-1)
+            if reduce:
+                on_cache = weights[..., : cached.shape[1]].sum(dim=(0, 1))  # (n, N): summed over heads
+                rows = torch.zeros(len(sizes), n)  # averages each text's rows over its tokens and all heads
+                rows[text, torch.arange(n)] = 1.0 / (torch.tensor(sizes, dtype=torch.float32)[text] * q.shape[0])
+                out.append(rows.to(q.device) @ on_cache)
+            else:
+                out.append(weights.reshape(1, kv * group, n, -1))
+        return out
 
     @torch.no_grad()
     def logits(self, hidden: Tensor) -> Tensor:
