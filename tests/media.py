@@ -9,6 +9,7 @@ second (``color_name``). Servers listen on 127.0.0.1 only and stop by themselves
 
 from __future__ import annotations
 
+import bisect
 import http.server
 import os
 import socket
@@ -367,3 +368,39 @@ def _mux_paced(
             container.mux(stream.encode(frame))
         container.mux(stream.encode())
         time.sleep(stall_s)
+
+
+def nearest_rule(
+    times: Sequence[Fraction], fps: float | Fraction, start: Fraction | float = 0, end: Fraction | float | None = None
+) -> list[int]:
+    """Reference for docs/sources.md's rule, computed directly (not streamed): indices of the
+    frames (increasing exact `times`) that targets start + k/fps take, each once.
+
+    A target takes the nearest frame (the earlier on a tie); targets run while <= end and <=
+    the last frame plus half the last interval. fps as a fraction of denominator <= 10^6.
+    """
+    rate = fps if isinstance(fps, Fraction) else Fraction(fps).limit_denominator(1_000_000)
+    start = start if isinstance(start, Fraction) else Fraction(start).limit_denominator(1_000_000)
+    if not times:
+        return []
+    limit = times[-1] + ((times[-1] - times[-2]) / 2 if len(times) > 1 else 0)
+    if end is not None:
+        limit = min(limit, end if isinstance(end, Fraction) else Fraction(end).limit_denominator(1_000_000))
+    chosen: list[int] = []
+    k = 0
+    while (target := start + k / rate) <= limit:
+        after = bisect.bisect_right(times, target)  # times[after - 1] <= target < times[after]
+        before = after - 1
+        if before < 0 or (after < len(times) and times[after] - target < target - times[before]):
+            pick = after
+        else:
+            pick = before
+        if not chosen or chosen[-1] != pick:
+            chosen.append(pick)
+        k += 1
+    return chosen
+
+
+def exact_times(times: Sequence[float]) -> list[Fraction]:
+    """make_video's frame times (rounded to its 1 ms time base) as exact fractions."""
+    return [Fraction(t).limit_denominator(1000) for t in times]
