@@ -310,6 +310,7 @@ class FrameSource:
         self._reader: _BackgroundReader | None = None  # live sources
         self._frames: _StoppableIterator | None = None  # files
         self._duration_s = None if live else _duration_s(container, stream)
+        self._source_fps = _stream_rate(stream)  # read now: a closed stream must not be touched
 
     @property
     def name(self) -> str:
@@ -334,8 +335,7 @@ class FrameSource:
     @property
     def source_fps(self) -> float | None:
         """The stream's own frame rate (average, or FFmpeg's guess), or None when unknown."""
-        rate = self._stream.average_rate or self._stream.guessed_rate
-        return float(rate) if rate else None
+        return self._source_fps
 
     @property
     def effective_fps(self) -> float:
@@ -567,6 +567,7 @@ class FrameSource:
                         container.close()
                     else:
                         self._container, self._stream = container, stream
+                        self._source_fps = _stream_rate(stream) or self._source_fps
                         self._gap = (last_frame_at, drop)
                         return
                 if self._stop.wait(min(delay, max(0.0, deadline - time.monotonic()))):
@@ -939,6 +940,11 @@ def _duration_s(container: av.container.InputContainer, stream: av.VideoStream) 
     if container.duration is not None:
         return container.duration / av.time_base
     return None
+
+
+def _stream_rate(stream: av.VideoStream) -> float | None:
+    rate = stream.average_rate or stream.guessed_rate
+    return float(rate) if rate else None
 
 
 def _upright_rgb(av_frame: av.VideoFrame) -> np.ndarray:

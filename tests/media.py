@@ -117,6 +117,7 @@ def make_video(
     faststart: bool = False,
     rotation: int = 0,
     keyframe_every: int | None = None,
+    time_base: Fraction = TIME_BASE,
 ) -> list[float]:
     """Write a clip to `path` (container from the suffix) and return its frame times in seconds.
 
@@ -126,19 +127,25 @@ def make_video(
     `rotation` (degrees counter-clockwise) is stored as display-matrix metadata; the pixels
     are drawn upright as usual, so a player that honours it shows them turned.
     `keyframe_every` sets the keyframe interval in frames (the encoder's default otherwise).
+    `time_base`: of the stream and encoder (1/fps for an AVI, which stores one tick per frame);
+    frame i gets pts round(times[i] / time_base). `fps` may be a Fraction (30000/1001).
+    Codecs: libx264 (mp4, mkv, ts), libvpx / libvpx-vp9 (webm), mpeg4 or mjpeg (avi).
     """
     times = vfr_timestamps(seconds, fps) if vfr else cfr_timestamps(seconds, fps)
     options = {"movflags": "+faststart"} if faststart else {}
+    rate = fps if isinstance(fps, Fraction) else Fraction(fps).limit_denominator(1001)
     with av.open(str(path), "w", options=options) as container:
-        stream = container.add_stream(codec, rate=Fraction(fps).limit_denominator(1000))
+        stream = container.add_stream(codec, rate=rate)
         stream.width, stream.height = size
-        stream.pix_fmt = _pixel_format(size)
-        stream.time_base = TIME_BASE
-        stream.codec_context.time_base = TIME_BASE
+        stream.pix_fmt = "yuvj420p" if codec == "mjpeg" else _pixel_format(size)
+        stream.time_base = time_base
+        stream.codec_context.time_base = time_base
         if rotation:
             stream.set_display_rotation(rotation)
         if codec == "libx264":
             stream.codec_context.options = {"preset": "ultrafast"}
+        elif codec.startswith("libvpx"):
+            stream.codec_context.options = {"deadline": "realtime", "cpu-used": "8"}
         if keyframe_every is not None:
             stream.codec_context.gop_size = keyframe_every
         audio_stream = _add_sine_stream(container) if audio else None
@@ -146,7 +153,7 @@ def make_video(
             frame = av.VideoFrame.from_ndarray(
                 draw_frame(index, t, size, colors, scene_change_at), format="rgb24"
             )
-            frame.pts, frame.time_base = round(t / TIME_BASE), TIME_BASE
+            frame.pts, frame.time_base = round(Fraction(t) / time_base), time_base
             container.mux(stream.encode(frame))
         container.mux(stream.encode())
         if audio_stream is not None:
