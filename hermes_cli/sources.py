@@ -191,7 +191,10 @@ class FrameSampler:
         return chosen
 
     def finish(self) -> list[tuple[Fraction, object]]:
-        """End of stream: the last frame, when a target up to half an interval after it is left."""
+        """End of stream: the last frame, when a target up to half an interval after it is left.
+
+        May also be called at a break in a live stream (the stream then goes on: frames pushed
+        later are sampled as usual, the last one is not delivered twice)."""
         if self.done or self._prev is None or self._prev_taken:
             return []
         target = self.target(self._k)
@@ -418,6 +421,13 @@ class FrameSource:
         last_timestamp = Fraction(0)
         clock_origin: float | None = None
         for av_frame in self._decoded_frames():
+            if av_frame is None:  # a live source dropped: settle its last frame as at an end
+                for frame_time, chosen_frame in sampler.finish():
+                    self._stats.frames_sampled += 1
+                    yield Frame(_upright_rgb(chosen_frame), float(frame_time), self._stats.frames_sampled - 1)
+                    if self._max_frames is not None and self._stats.frames_sampled >= self._max_frames:
+                        return
+                continue
             self._stats.frames_decoded += 1
             if self._gap is not None:
                 self._resume_clock()
@@ -481,9 +491,13 @@ class FrameSource:
             return None  # not seekable: decode from the start and skip, as for short offsets
         return stream.start_time
 
-    def _decoded_frames(self) -> Iterator[av.VideoFrame]:
-        """Frames in presentation order; undecodable packets are skipped with one warning."""
+    def _decoded_frames(self) -> Iterator[av.VideoFrame | None]:
+        """Frames in presentation order; undecodable packets are skipped with one warning.
+        None marks where a live source dropped (before it reconnects or gives up)."""
         for packet in self._packets():
+            if packet is None:
+                yield None
+                continue
             try:
                 frames = packet.decode()
             except av.error.FFmpegError as error:
@@ -498,10 +512,11 @@ class FrameSource:
                 self._last_frame_at = time.monotonic()
                 yield frame
 
-    def _packets(self) -> Iterator[av.Packet]:
+    def _packets(self) -> Iterator[av.Packet | None]:
         """Video packets until the end. A read failure ends a file (with a warning); a live
-        source that drops reconnects for `reconnect_s` (then raises SourceError), or without
-        reconnection raises SourceError at a failure and ends at the end of its stream."""
+        source that drops yields None, then reconnects for `reconnect_s` (then raises
+        SourceError), or without reconnection raises SourceError at a failure and ends at the
+        end of its stream."""
         while not self._stop.is_set():
             demuxer = self._container.demux(self._stream)
             drop: str | None = None  # why a live source stopped
@@ -530,6 +545,7 @@ class FrameSource:
                 yield packet
             if self._stop.is_set() or (error is None and not self._live):
                 return
+            yield None
             if self._reconnect_s <= 0:
                 if error is None:
                     return  # a live stream that ends, without reconnection: the end
@@ -557,7 +573,9 @@ class FrameSource:
                         "— check the source and open it again"
                     )
                 try:
-                    container = _open_container(self._target, min(self._timeout_s, max(remaining, 0.1)))
+                    container = _open_container(
+                        self._target, self._timeout_s, min(self._timeout_s, max(remaining, 0.1))
+                    )
                 except SourceError:
                     pass
                 else:
@@ -862,10 +880,15 @@ def _camera_target(spec: str, input_format: str | None) -> _Target:
     return _Target(device, f"camera {device}", "camera", camera_format, options)
 
 
-def _open_container(target: _Target, timeout_s: float) -> av.container.InputContainer:
+def _open_container(
+    target: _Target, timeout_s: float, open_timeout_s: float | None = None
+) -> av.container.InputContainer:
     """av.open with errors turned into one-line SourceErrors. For URLs and cameras, PyAV's
-    `timeout` bounds the open and each later read (FFmpeg's interrupt callback)."""
-    timeout = None if target.kind == "file" else timeout_s
+    `timeout` bounds the open (`open_timeout_s`, default `timeout_s`) and each later read
+    (`timeout_s`) (FFmpeg's interrupt callback)."""
+    timeout: float | tuple[float, float] | None = None if target.kind == "file" else timeout_s
+    if timeout is not None and open_timeout_s is not None and open_timeout_s != timeout_s:
+        timeout = (open_timeout_s, timeout_s)
     try:
         return av.open(target.url, format=target.format, options=target.options, timeout=timeout)
     except av.error.FFmpegError as error:  # before ValueError: InvalidDataError is one

@@ -317,6 +317,8 @@ def serve_mpegts_tcp(
     accept_timeout_s: float = 10.0,
     start_pts_s: float = 10.0,
     stall_s: float = 0.0,
+    port: int = 0,
+    first_index: int = 0,
 ) -> tuple[str, threading.Thread]:
     """Stream a generated clip as live MPEG-TS to the first client of a tcp:// URL on 127.0.0.1.
 
@@ -325,9 +327,35 @@ def serve_mpegts_tcp(
     streams do). With `stall_s`, the connection then stays open and silent that long (a stalled
     stream). The thread ends after that, when the client goes away, or when no client
     connects within `accept_timeout_s`; after that the URL refuses connections.
-    Frame content as in `make_video` (index band, color per second).
+    Frame content as in `make_video` (index band, color per second), frame i showing index
+    `first_index + i`. `port`: 0 for a free one, or a given one (a server restarted in place).
     """
-    listener = socket.create_server(("127.0.0.1", 0))
+    return serve_live_mpegts(
+        seconds, fps, size, protocol="tcp", speed=speed, accept_timeout_s=accept_timeout_s,
+        start_pts_s=start_pts_s, stall_s=stall_s, port=port, first_index=first_index,
+    )
+
+
+def serve_live_mpegts(
+    seconds: float,
+    fps: float,
+    size: tuple[int, int] = (64, 48),
+    *,
+    protocol: str = "tcp",
+    speed: float = 1.0,
+    accept_timeout_s: float = 10.0,
+    start_pts_s: float = 10.0,
+    stall_s: float = 0.0,
+    port: int = 0,
+    first_index: int = 0,
+) -> tuple[str, threading.Thread]:
+    """`serve_mpegts_tcp` over `protocol` "tcp" (tcp://127.0.0.1:PORT) or "http"
+    (http://127.0.0.1:PORT/live.ts: one GET answered with an endless-looking body, no length,
+    as a live HTTP stream is). When the clip is over the server closes the connection and
+    stops listening: to the client, the server went down."""
+    if protocol not in ("tcp", "http"):
+        raise ValueError(f"protocol must be tcp or http, got {protocol!r}")
+    listener = socket.create_server(("127.0.0.1", port))
     listener.settimeout(accept_timeout_s)
     port = listener.getsockname()[1]
 
@@ -339,13 +367,28 @@ def serve_mpegts_tcp(
                 return
         with conn:
             try:
-                _mux_paced(_SocketWriter(conn), seconds, fps, size, speed, start_pts_s, stall_s)
+                if protocol == "http":
+                    _read_request(conn)
+                    conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: video/mp2t\r\nConnection: close\r\n\r\n")
+                _mux_paced(_SocketWriter(conn), seconds, fps, size, speed, start_pts_s, stall_s, first_index)
             except (BrokenPipeError, ConnectionResetError, av.error.PyAVCallbackError):
                 pass  # the client stopped reading (PyAV wraps the socket error on close)
 
     thread = threading.Thread(target=run, name=f"mpegts-server:{port}", daemon=True)
     thread.start()
-    return f"tcp://127.0.0.1:{port}", thread
+    url = f"tcp://127.0.0.1:{port}" if protocol == "tcp" else f"http://127.0.0.1:{port}/live.ts"
+    return url, thread
+
+
+def _read_request(conn: socket.socket) -> bytes:
+    """Read an HTTP request's head (up to the blank line) from `conn`."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 def _mux_paced(
@@ -356,10 +399,11 @@ def _mux_paced(
     speed: float,
     start_pts_s: float,
     stall_s: float,
+    first_index: int = 0,
 ) -> None:
     """Encode the clip with a low-latency H.264 setup and mux MPEG-TS into `sink`, paced;
     then wait `stall_s` before closing."""
-    with av.open(sink, "w", format="mpegts") as container:
+    with av.open(sink, "w", format="mpegts", buffer_size=2048) as container:  # small: low latency
         stream = container.add_stream("libx264", rate=Fraction(fps).limit_denominator(1000))
         stream.width, stream.height = size
         stream.pix_fmt = "yuv420p"
@@ -370,7 +414,7 @@ def _mux_paced(
             delay = started + t / speed - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            frame = av.VideoFrame.from_ndarray(draw_frame(index, t, size), format="rgb24")
+            frame = av.VideoFrame.from_ndarray(draw_frame(first_index + index, t, size), format="rgb24")
             frame.pts, frame.time_base = round((start_pts_s + t) / TIME_BASE), TIME_BASE
             container.mux(stream.encode(frame))
         container.mux(stream.encode())
