@@ -37,7 +37,7 @@ class UserError(Exception):
 
 from .options import (  # noqa: E402
     BudgetOpt, ChunkOpt, DebugOpt, DeviceOpt, DtypeOpt, FpsOpt, JsonOpt, MaxNewTokensOpt, MaxPixelsOpt, ModelOpt,
-    PolicyOpt, PolicyOptsOpt, PseudoQueryOpt, ReindexOpt, SystemOpt,
+    PolicyOpt, PolicyOptsOpt, PseudoQueryOpt, ReconnectOpt, ReindexOpt, SystemOpt,
 )
 
 
@@ -116,6 +116,7 @@ def watch(
     reindex: ReindexOpt = "lazy",
     max_new_tokens: MaxNewTokensOpt = 128,
     realtime: Annotated[bool, typer.Option("--realtime", help="Pace a file at real time instead of as fast as the model allows.")] = False,
+    reconnect: ReconnectOpt = None,
     no_history: Annotated[bool, typer.Option("--no-history", help="Answer each question on its own (no earlier turns).")] = False,
     system: SystemOpt = None,
     pseudo_query: PseudoQueryOpt = "forward",
@@ -143,7 +144,7 @@ def watch(
         questions = [TimedQuestion(q) for q in ask or []] + [TimedQuestion.parse(q) for q in ask_at or []]
     except ValueError as exc:
         raise UserError(str(exc)) from exc
-    frames = _open_source(source, fps, realtime=realtime)
+    frames = _open_source(source, fps, realtime=realtime, reconnect=reconnect)
     session = build_session(model, policy, budget, policy_opt, fps, chunk, device, dtype, reindex,
                             max_new_tokens=max_new_tokens, history=not no_history, system_prompt=system,
                             quiet=json_out, pseudo_query=pseudo_query, max_pixels=max_pixels)
@@ -173,6 +174,7 @@ def chat(
     max_pixels: MaxPixelsOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
+    reconnect: ReconnectOpt = None,
     debug: DebugOpt = False,
 ) -> None:
     """Talk about a live camera or stream while it runs: an interactive prompt with live readouts.
@@ -197,7 +199,7 @@ def chat(
     if not webcam and not source:
         raise UserError("nothing to watch: pass --webcam [DEVICE] or a live URL (see hermes chat --help)")
     spec = (source or default_camera()) if webcam else source
-    frames = _open_source(spec, fps, webcam=webcam)
+    frames = _open_source(spec, fps, webcam=webcam, reconnect=reconnect)
     session = build_session(model, policy, budget, policy_opt, fps, chunk, device, dtype, reindex,
                             max_new_tokens=max_new_tokens, system_prompt=system, pseudo_query=pseudo_query,
                             max_pixels=max_pixels)
@@ -206,11 +208,16 @@ def chat(
     run_interactive(session, frames)
 
 
-def _open_source(spec: str, fps: float, **kwargs):
+def _open_source(spec: str, fps: float, reconnect: str | None = None, **kwargs):
     from .sources import SourceError, open_source
+    from .streaming import parse_time
 
     try:
-        return open_source(spec, fps, **kwargs)
+        reconnect_s = None if reconnect is None else parse_time(reconnect)
+        source = open_source(spec, fps, reconnect_s=reconnect_s, **kwargs)
+        if source.rate_note:
+            err.print(f"[yellow]note:[/] {escape(source.rate_note)}", soft_wrap=True)
+        return source
     except SourceError as exc:
         raise UserError(str(exc)) from exc
     except ValueError as exc:

@@ -33,6 +33,11 @@ PseudoQueryOpt = Annotated[
     typer.Option("--pseudo-query", metavar="MODE", help="How attention-scored policies (hermes) read attention: forward "
                  "(a real forward of the pseudo-query on the cache) or approx (the reference code's shortcut)."),
 ]
+ReconnectOpt = Annotated[
+    Optional[str],
+    typer.Option("--reconnect", metavar="DURATION", help="Live streams and cameras: after a drop, keep reconnecting "
+                 "this long (e.g. 30s, 2m; 0 turns it off). Default: 30s."),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object per answer (for scripts).")]
 MaxNewTokensOpt = Annotated[int, typer.Option("--max-new-tokens", metavar="N", help="Longest answer in tokens.")]
 SystemOpt = Annotated[Optional[str], typer.Option("--system", metavar="TEXT", help="System prompt.")]

@@ -144,3 +144,17 @@ def test_reconnect_defaults_and_validation(tmp_path):
     server.join(5)
     with pytest.raises(ValueError, match="reconnect_s"):
         open_source(str(path), 1, reconnect_s=-1)
+
+
+def test_cli_reads_reconnect_and_notes_a_rate_above_the_source(tmp_path, capsys):
+    from hermes_cli.cli import UserError, _open_source
+    from tests.media import make_video
+
+    path = tmp_path / "clip.mkv"
+    make_video(path, 1, 10)
+    source = _open_source(str(path), 40, reconnect="2.5s")
+    assert source.reconnect_s == 2.5 and source.effective_fps == 10
+    source.close()
+    assert "--fps 40 exceeds the video's 10 fps; every frame is used once, so it gives 10 fps" in capsys.readouterr().err
+    with pytest.raises(UserError, match="cannot read 'soon'"):
+        _open_source(str(path), 1, reconnect="soon")
