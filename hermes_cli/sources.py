@@ -164,27 +164,31 @@ class FrameSampler:
         return self.start + k / self.fps
 
     def push(self, time: Fraction, item: object) -> list[tuple[Fraction, object]]:
-        """Offer the next frame; returns [(time, item)] chosen now (at most two)."""
+        """Offer the next frame; returns [(time, item)] chosen now (at most two). Constant time
+        however many targets lie between this frame and the one before (a long gap)."""
         chosen: list[tuple[Fraction, object]] = []
         if self.done or (self._prev is not None and time <= self._prev[0]):
             return chosen
         new_taken = False
-        while True:
-            target = self.target(self._k)
-            if self.end is not None and target > self.end:
-                self.done = True
-                break
-            if target > time:
-                break
-            # prev_time < target <= time: the nearer one wins, the earlier on a tie
+        first = self._k  # the first target after the previous frame
+        last = math.floor((time - self.start) * self.fps) if time >= self.start else -1  # last target <= time
+        if self.end is not None:
+            last = min(last, math.floor((self.end - self.start) * self.fps))
+        if last >= first:
+            # prev_time < target <= time: the nearer frame wins, the earlier on a tie. Targets
+            # up to the midpoint take the previous frame, later ones this frame.
+            if self._prev is not None and not self._prev_taken:
+                target = self.target(first)
+                if target - self._prev[0] <= time - target:
+                    chosen.append(self._prev)
+                    self._prev_taken = True
+            target = self.target(last)
             if self._prev is None or time - target < target - self._prev[0]:
-                if not new_taken:
-                    chosen.append((time, item))
-                    new_taken = True
-            elif not self._prev_taken:
-                chosen.append(self._prev)
-                self._prev_taken = True
-            self._k += 1
+                chosen.append((time, item))
+                new_taken = True
+            self._k = last + 1
+        if self.end is not None and self.target(self._k) > self.end:
+            self.done = True
         if self._prev is not None:
             self._last_interval = time - self._prev[0]
         self._prev, self._prev_taken = (time, item), new_taken
@@ -573,9 +577,9 @@ class FrameSource:
                         "— check the source and open it again"
                     )
                 try:
-                    container = _open_container(
-                        self._target, self._timeout_s, min(self._timeout_s, max(remaining, 0.1))
-                    )
+                    # the full timeout: PyAV's clock for the first reads after the open may still
+                    # be the open's, and a short one drops the probed connection at once
+                    container = _open_container(self._target, self._timeout_s)
                 except SourceError:
                     pass
                 else:
@@ -733,8 +737,9 @@ def open_source(
     earlier frames are decoded and skipped).
     buffer_frames: frames a live source holds for a lagging consumer.
     reconnect_s: how long a live source keeps trying to reconnect after it drops or ends
-    (backoff 0.25 s doubling to 2 s between tries); its clock runs on across the gap, which
-    `stats` counts; when the time runs out, iteration raises one SourceError line. Default:
+    (backoff 0.25 s doubling to 2 s between tries; a try under way when the time runs out may
+    add up to timeout_s); its clock runs on across the gap, which `stats` counts; then
+    iteration raises one SourceError line. Default:
     30 s for network streams and cameras, 0 (no reconnection) for files; 0 disables.
 
     Raises ValueError for invalid arguments and SourceError when the source cannot be opened
@@ -880,15 +885,10 @@ def _camera_target(spec: str, input_format: str | None) -> _Target:
     return _Target(device, f"camera {device}", "camera", camera_format, options)
 
 
-def _open_container(
-    target: _Target, timeout_s: float, open_timeout_s: float | None = None
-) -> av.container.InputContainer:
+def _open_container(target: _Target, timeout_s: float) -> av.container.InputContainer:
     """av.open with errors turned into one-line SourceErrors. For URLs and cameras, PyAV's
-    `timeout` bounds the open (`open_timeout_s`, default `timeout_s`) and each later read
-    (`timeout_s`) (FFmpeg's interrupt callback)."""
-    timeout: float | tuple[float, float] | None = None if target.kind == "file" else timeout_s
-    if timeout is not None and open_timeout_s is not None and open_timeout_s != timeout_s:
-        timeout = (open_timeout_s, timeout_s)
+    `timeout` bounds the open and each later read (FFmpeg's interrupt callback)."""
+    timeout = None if target.kind == "file" else timeout_s
     try:
         return av.open(target.url, format=target.format, options=target.options, timeout=timeout)
     except av.error.FFmpegError as error:  # before ValueError: InvalidDataError is one
