@@ -215,11 +215,20 @@ class StreamClock:
     wrap_bits: the width of the container's timestamps (33 for MPEG-TS); a jump backwards by
     more than half that range is read as a wrap (and forwards by as much as a wrap undone).
     After `resume()` (a reconnect), the next frame is placed `gap` after the last one, whatever
-    its pts, and later frames follow the new stream's pts from there.
+    its pts, and later frames follow the new stream's pts from there. With `jump_back_step`
+    (live streams), a frame whose time would not be after the last one (the sender restarted
+    its timestamps) is placed that step after it instead, and counted in `jumps_back`.
     """
 
-    def __init__(self, wrap_bits: int | None = None, origin_pts: int | None = None) -> None:
+    def __init__(
+        self,
+        wrap_bits: int | None = None,
+        origin_pts: int | None = None,
+        jump_back_step: Fraction | None = None,
+    ) -> None:
         self._wrap = None if wrap_bits is None else 1 << wrap_bits
+        self._jump_back_step = jump_back_step
+        self.jumps_back = 0
         self._origin_pts = origin_pts
         self._base = Fraction(0)  # time of origin_pts
         self._unwrap = 0  # added to raw pts
@@ -242,8 +251,13 @@ class StreamClock:
         self._last_raw = pts
         if self._origin_pts is None:
             self._origin_pts = pts
-        self.last = self._base + (pts + self._unwrap - self._origin_pts) * Fraction(time_base)
-        return self.last
+        time = self._base + (pts + self._unwrap - self._origin_pts) * Fraction(time_base)
+        if self._jump_back_step is not None and self.last is not None and time <= self.last:
+            self.jumps_back += 1
+            self._base, self._origin_pts, self._unwrap = self.last + self._jump_back_step, pts, 0
+            time = self._base
+        self.last = time
+        return time
 
     def advance(self, seconds: Fraction) -> Fraction:
         """The time of a frame without pts: `seconds` after the latest one."""
@@ -309,6 +323,7 @@ class FrameSource:
         self._reconnect_s = reconnect_s
         self._last_frame_at: float | None = None  # monotonic time the latest frame was decoded
         self._gap: tuple[float, str] | None = None  # (last frame's time, why) after a reconnect
+        self._said_jump_back = False
         self._stats = SourceStats()
         self._stop = threading.Event()
         self._closed = False
@@ -418,8 +433,11 @@ class FrameSource:
 
     def _sample(self) -> Iterator[Frame]:
         origin_pts = self._seek_to_start()
+        wraps = {"mpegts", "hls"} & set(self._container.format.name.split(","))
         self._clock = StreamClock(
-            MPEGTS_PTS_BITS if "mpegts" in self._container.format.name.split(",") else None, origin_pts
+            MPEGTS_PTS_BITS if wraps else None,
+            origin_pts,
+            jump_back_step=1 / exact_rate(self._source_fps or self._fps) if self._live else None,
         )
         sampler = FrameSampler(self._fps, self._start_s, self._end_s)
         last_timestamp = Fraction(0)
@@ -440,6 +458,11 @@ class FrameSource:
             else:
                 timestamp = self._clock.time(av_frame.pts, av_frame.time_base or self._stream.time_base)
             last_timestamp = timestamp
+            if self._clock.jumps_back == 1 and not self._said_jump_back:
+                self._said_jump_back = True
+                self._stats.warnings.append(
+                    f"{self.name}: the stream's timestamps jumped back; its clock runs on from where it was"
+                )
             chosen = sampler.push(timestamp, av_frame)
             if sampler.done and not chosen:
                 return

@@ -215,3 +215,11 @@ def test_clock_resumes_after_a_gap_whatever_the_new_pts():
     assert clock.time(900_000, Fraction(1, 90000)) == Fraction(29, 10)  # server restarted at 10 s
     assert clock.time(909_000, Fraction(1, 90000)) == 3
     assert clock.advance(Fraction(1, 10)) == Fraction(31, 10)
+
+
+def test_live_clock_runs_on_when_the_sender_restarts_its_timestamps():
+    clock = StreamClock(jump_back_step=Fraction(1, 10))
+    times = [clock.time(pts, Fraction(1, 10)) for pts in [50, 51, 52, 3, 4, 52]]
+    assert times == [0, Fraction(1, 10), Fraction(2, 10), Fraction(3, 10), Fraction(4, 10), Fraction(3, 10) + Fraction(52 - 3, 10)]
+    assert clock.jumps_back == 1
+    assert StreamClock().time(5, 1) == 0 and StreamClock().jumps_back == 0  # files: not by default
