@@ -109,7 +109,7 @@ def test_fps_above_the_source_rate_is_reported(tmp_path):
     with open_source(str(path), 100) as source:
         assert source.source_fps == pytest.approx(25)
         assert source.effective_fps == pytest.approx(25)
-        assert source.rate_note == f"slow.mkv: --fps 100 exceeds the video's 25 fps; every frame is used once, so it gives 25 fps"
+        assert source.rate_note == "slow.mkv: --fps 100 exceeds the video's 25 fps; every frame is used once, so it gives 25 fps"
         assert len(list(source)) == 50
     with open_source(str(path), 10) as source:
         assert source.effective_fps == 10 and source.rate_note is None

@@ -25,12 +25,12 @@ from hermes_cli.sources import Frame, SourceError, TimestampSampler, list_device
 from tests.media import (
     color_name,
     corrupt_middle,
+    exact_times,
     make_audio_only,
     make_empty,
     make_video,
     make_zero_frames,
     nearest_rule,
-    exact_times,
     random_bytes,
     read_index,
     serve_http,
