@@ -9,6 +9,7 @@ second (``color_name``). Servers listen on 127.0.0.1 only and stop by themselves
 
 from __future__ import annotations
 
+import bisect
 import http.server
 import os
 import socket
@@ -116,6 +117,7 @@ def make_video(
     faststart: bool = False,
     rotation: int = 0,
     keyframe_every: int | None = None,
+    time_base: Fraction = TIME_BASE,
 ) -> list[float]:
     """Write a clip to `path` (container from the suffix) and return its frame times in seconds.
 
@@ -125,19 +127,25 @@ def make_video(
     `rotation` (degrees counter-clockwise) is stored as display-matrix metadata; the pixels
     are drawn upright as usual, so a player that honours it shows them turned.
     `keyframe_every` sets the keyframe interval in frames (the encoder's default otherwise).
+    `time_base`: of the stream and encoder (1/fps for an AVI, which stores one tick per frame);
+    frame i gets pts round(times[i] / time_base). `fps` may be a Fraction (30000/1001).
+    Codecs: libx264 (mp4, mkv, ts), libvpx / libvpx-vp9 (webm), mpeg4 or mjpeg (avi).
     """
     times = vfr_timestamps(seconds, fps) if vfr else cfr_timestamps(seconds, fps)
     options = {"movflags": "+faststart"} if faststart else {}
+    rate = fps if isinstance(fps, Fraction) else Fraction(fps).limit_denominator(1001)
     with av.open(str(path), "w", options=options) as container:
-        stream = container.add_stream(codec, rate=Fraction(fps).limit_denominator(1000))
+        stream = container.add_stream(codec, rate=rate)
         stream.width, stream.height = size
-        stream.pix_fmt = _pixel_format(size)
-        stream.time_base = TIME_BASE
-        stream.codec_context.time_base = TIME_BASE
+        stream.pix_fmt = "yuvj420p" if codec == "mjpeg" else _pixel_format(size)
+        stream.time_base = time_base
+        stream.codec_context.time_base = time_base
         if rotation:
             stream.set_display_rotation(rotation)
         if codec == "libx264":
             stream.codec_context.options = {"preset": "ultrafast"}
+        elif codec.startswith("libvpx"):
+            stream.codec_context.options = {"deadline": "realtime", "cpu-used": "8"}
         if keyframe_every is not None:
             stream.codec_context.gop_size = keyframe_every
         audio_stream = _add_sine_stream(container) if audio else None
@@ -145,7 +153,7 @@ def make_video(
             frame = av.VideoFrame.from_ndarray(
                 draw_frame(index, t, size, colors, scene_change_at), format="rgb24"
             )
-            frame.pts, frame.time_base = round(t / TIME_BASE), TIME_BASE
+            frame.pts, frame.time_base = round(Fraction(t) / time_base), time_base
             container.mux(stream.encode(frame))
         container.mux(stream.encode())
         if audio_stream is not None:
@@ -309,6 +317,8 @@ def serve_mpegts_tcp(
     accept_timeout_s: float = 10.0,
     start_pts_s: float = 10.0,
     stall_s: float = 0.0,
+    port: int = 0,
+    first_index: int = 0,
 ) -> tuple[str, threading.Thread]:
     """Stream a generated clip as live MPEG-TS to the first client of a tcp:// URL on 127.0.0.1.
 
@@ -317,9 +327,35 @@ def serve_mpegts_tcp(
     streams do). With `stall_s`, the connection then stays open and silent that long (a stalled
     stream). The thread ends after that, when the client goes away, or when no client
     connects within `accept_timeout_s`; after that the URL refuses connections.
-    Frame content as in `make_video` (index band, color per second).
+    Frame content as in `make_video` (index band, color per second), frame i showing index
+    `first_index + i`. `port`: 0 for a free one, or a given one (a server restarted in place).
     """
-    listener = socket.create_server(("127.0.0.1", 0))
+    return serve_live_mpegts(
+        seconds, fps, size, protocol="tcp", speed=speed, accept_timeout_s=accept_timeout_s,
+        start_pts_s=start_pts_s, stall_s=stall_s, port=port, first_index=first_index,
+    )
+
+
+def serve_live_mpegts(
+    seconds: float,
+    fps: float,
+    size: tuple[int, int] = (64, 48),
+    *,
+    protocol: str = "tcp",
+    speed: float = 1.0,
+    accept_timeout_s: float = 10.0,
+    start_pts_s: float = 10.0,
+    stall_s: float = 0.0,
+    port: int = 0,
+    first_index: int = 0,
+) -> tuple[str, threading.Thread]:
+    """`serve_mpegts_tcp` over `protocol` "tcp" (tcp://127.0.0.1:PORT) or "http"
+    (http://127.0.0.1:PORT/live.ts: one GET answered with an endless-looking body, no length,
+    as a live HTTP stream is). When the clip is over the server closes the connection and
+    stops listening: to the client, the server went down."""
+    if protocol not in ("tcp", "http"):
+        raise ValueError(f"protocol must be tcp or http, got {protocol!r}")
+    listener = socket.create_server(("127.0.0.1", port))
     listener.settimeout(accept_timeout_s)
     port = listener.getsockname()[1]
 
@@ -331,13 +367,28 @@ def serve_mpegts_tcp(
                 return
         with conn:
             try:
-                _mux_paced(_SocketWriter(conn), seconds, fps, size, speed, start_pts_s, stall_s)
+                if protocol == "http":
+                    _read_request(conn)
+                    conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: video/mp2t\r\nConnection: close\r\n\r\n")
+                _mux_paced(_SocketWriter(conn), seconds, fps, size, speed, start_pts_s, stall_s, first_index)
             except (BrokenPipeError, ConnectionResetError, av.error.PyAVCallbackError):
                 pass  # the client stopped reading (PyAV wraps the socket error on close)
 
     thread = threading.Thread(target=run, name=f"mpegts-server:{port}", daemon=True)
     thread.start()
-    return f"tcp://127.0.0.1:{port}", thread
+    url = f"tcp://127.0.0.1:{port}" if protocol == "tcp" else f"http://127.0.0.1:{port}/live.ts"
+    return url, thread
+
+
+def _read_request(conn: socket.socket) -> bytes:
+    """Read an HTTP request's head (up to the blank line) from `conn`."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 def _mux_paced(
@@ -348,10 +399,11 @@ def _mux_paced(
     speed: float,
     start_pts_s: float,
     stall_s: float,
+    first_index: int = 0,
 ) -> None:
     """Encode the clip with a low-latency H.264 setup and mux MPEG-TS into `sink`, paced;
     then wait `stall_s` before closing."""
-    with av.open(sink, "w", format="mpegts") as container:
+    with av.open(sink, "w", format="mpegts", buffer_size=2048) as container:  # small: low latency
         stream = container.add_stream("libx264", rate=Fraction(fps).limit_denominator(1000))
         stream.width, stream.height = size
         stream.pix_fmt = "yuv420p"
@@ -362,8 +414,44 @@ def _mux_paced(
             delay = started + t / speed - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            frame = av.VideoFrame.from_ndarray(draw_frame(index, t, size), format="rgb24")
+            frame = av.VideoFrame.from_ndarray(draw_frame(first_index + index, t, size), format="rgb24")
             frame.pts, frame.time_base = round((start_pts_s + t) / TIME_BASE), TIME_BASE
             container.mux(stream.encode(frame))
         container.mux(stream.encode())
         time.sleep(stall_s)
+
+
+def nearest_rule(
+    times: Sequence[Fraction], fps: float | Fraction, start: Fraction | float = 0, end: Fraction | float | None = None
+) -> list[int]:
+    """Reference for docs/sources.md's rule, computed directly (not streamed): indices of the
+    frames (increasing exact `times`) that targets start + k/fps take, each once.
+
+    A target takes the nearest frame (the earlier on a tie); targets run while <= end and <=
+    the last frame plus half the last interval. fps as a fraction of denominator <= 10^6.
+    """
+    rate = fps if isinstance(fps, Fraction) else Fraction(fps).limit_denominator(1_000_000)
+    start = start if isinstance(start, Fraction) else Fraction(start).limit_denominator(1_000_000)
+    if not times:
+        return []
+    limit = times[-1] + ((times[-1] - times[-2]) / 2 if len(times) > 1 else 0)
+    if end is not None:
+        limit = min(limit, end if isinstance(end, Fraction) else Fraction(end).limit_denominator(1_000_000))
+    chosen: list[int] = []
+    k = 0
+    while (target := start + k / rate) <= limit:
+        after = bisect.bisect_right(times, target)  # times[after - 1] <= target < times[after]
+        before = after - 1
+        if before < 0 or (after < len(times) and times[after] - target < target - times[before]):
+            pick = after
+        else:
+            pick = before
+        if not chosen or chosen[-1] != pick:
+            chosen.append(pick)
+        k += 1
+    return chosen
+
+
+def exact_times(times: Sequence[float]) -> list[Fraction]:
+    """make_video's frame times (rounded to its 1 ms time base) as exact fractions."""
+    return [Fraction(t).limit_denominator(1000) for t in times]

@@ -108,7 +108,8 @@ def test_watch_a_live_mpegts_stream_over_tcp():
 
     url, thread = serve_mpegts_tcp(seconds=6, fps=10, size=(96, 64), speed=4.0)
     result = runner.invoke(app, ["watch", url, "--model", "tiny-llava-onevision", "--chunk", "2", "--policy", "fifo",
-                                 "--budget", "16", "--ask", "What is live?", "--max-new-tokens", "3", "--json"])
+                                 "--budget", "16", "--ask", "What is live?", "--max-new-tokens", "3", "--json",
+                                 "--reconnect", "0"])
     thread.join(30)
     assert result.exit_code == 0, result.output
     (record,) = json_lines(result.stdout)

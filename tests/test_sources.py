@@ -25,10 +25,12 @@ from hermes_cli.sources import Frame, SourceError, TimestampSampler, list_device
 from tests.media import (
     color_name,
     corrupt_middle,
+    exact_times,
     make_audio_only,
     make_empty,
     make_video,
     make_zero_frames,
+    nearest_rule,
     random_bytes,
     read_index,
     serve_http,
@@ -40,7 +42,7 @@ CLIP_SECONDS, CLIP_FPS = 4, 10
 
 
 def first_in_each_slot(times: list[float], fps: float) -> list[int]:
-    """Reference sampler: index of the first frame in each 1/fps slot (exact arithmetic)."""
+    """Reference for TimestampSampler's slot rule: the first frame in each 1/fps slot."""
     taken, last_slot = [], None
     for index, t in enumerate(times):
         slot = math.floor(Fraction(t).limit_denominator(1000) * Fraction(fps))
@@ -48,6 +50,11 @@ def first_in_each_slot(times: list[float], fps: float) -> list[int]:
             taken.append(index)
             last_slot = slot
     return taken
+
+
+def nearest(times: list[float], fps: float, **kwargs) -> list[int]:
+    """Reference for sources' nearest-frame rule, on make_video's times (1 ms time base)."""
+    return nearest_rule(exact_times(times), fps, **kwargs)
 
 
 def read_all(spec: str, fps: float, **kwargs) -> tuple[list[Frame], sources.SourceStats]:
@@ -78,7 +85,7 @@ def clip(tmp_path_factory) -> tuple[Path, list[float]]:
 def test_constant_rate_sampling(clip, fps):
     path, times = clip
     frames, stats = read_all(str(path), fps)
-    expected = first_in_each_slot(times, fps)
+    expected = nearest(times, fps)
     assert [read_index(f.image) for f in frames] == expected
     assert [f.index for f in frames] == list(range(len(expected)))
     assert [f.timestamp for f in frames] == pytest.approx([times[i] for i in expected], abs=1e-3)
@@ -91,7 +98,7 @@ def test_variable_rate_sampling(tmp_path, fps):
     path = tmp_path / "vfr.mkv"
     times = make_video(path, 3, 10, vfr=True)
     frames, _ = read_all(str(path), fps)
-    expected = first_in_each_slot(times, fps)
+    expected = nearest(times, fps)
     assert [read_index(f.image) for f in frames] == expected
     assert [f.timestamp for f in frames] == pytest.approx([times[i] for i in expected], abs=1e-3)
 
@@ -363,7 +370,7 @@ def test_unknown_protocol():
 
 def test_live_mpegts_over_tcp():
     url, server = serve_mpegts_tcp(3, 10, speed=4)
-    with open_source(url, 10, timeout_s=5) as source:
+    with open_source(url, 10, timeout_s=5, reconnect_s=0) as source:
         assert source.is_live is True and source.duration_s is None
         assert source.name == url
         frames = list(source)
@@ -379,7 +386,7 @@ def test_live_mpegts_over_tcp():
 def test_slow_consumer_of_a_live_stream_drops_the_oldest_frames():
     url, server = serve_mpegts_tcp(3, 10, speed=3)
     received = []
-    with open_source(url, 10, timeout_s=5, buffer_frames=3) as source:
+    with open_source(url, 10, timeout_s=5, buffer_frames=3, reconnect_s=0) as source:
         for frame in source:
             received.append(frame)
             time.sleep(0.05)
@@ -408,7 +415,7 @@ def test_stalled_live_stream_raises_in_the_consumer():
     url, server = serve_mpegts_tcp(4, 10, speed=20, stall_s=5)
     received = []
     started = time.monotonic()
-    with open_source(url, 10, timeout_s=0.5) as source, pytest.raises(SourceError) as error:
+    with open_source(url, 10, timeout_s=0.5, reconnect_s=0) as source, pytest.raises(SourceError) as error:
         for frame in source:
             received.append(frame)
     assert time.monotonic() - started < 4
@@ -548,8 +555,9 @@ def test_a_late_window_is_reached_by_seeking_with_the_same_frames(tmp_path, monk
     monkeypatch.setattr(sources, "SEEK_FROM_S", 1e9)  # decode everything and skip instead
     decoded, decode_stats = read_all(str(path), 2, start_s=21.0, end_s=24.0)
     assert seek_stats.frames_decoded < decode_stats.frames_decoded / 2
-    # 5 fps sampled at 2 fps: the first frame of each half-second slot from 21 s
-    assert [f.timestamp for f in seeked] == pytest.approx([21.0, 21.6, 22.0, 22.6, 23.0, 23.6, 24.0])
+    # 5 fps sampled at 2 fps: the nearest frame to each half second from 21 s (a tie at
+    # 21.5 s between 21.4 and 21.6 goes to the earlier frame)
+    assert [f.timestamp for f in seeked] == pytest.approx([21.0, 21.4, 22.0, 22.4, 23.0, 23.4, 24.0])
     assert [f.timestamp for f in seeked] == [f.timestamp for f in decoded]
     assert [read_index(f.image) for f in seeked] == [read_index(f.image) for f in decoded]
-    assert [read_index(f.image) for f in seeked] == [105, 108, 110, 113, 115, 118, 120]
+    assert [read_index(f.image) for f in seeked] == [105, 107, 110, 112, 115, 117, 120]

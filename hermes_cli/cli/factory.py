@@ -150,11 +150,17 @@ def build_session(settings: SessionSettings, *, quiet: bool = False):
     return new_session(load_adapter(settings.model, quiet=quiet), settings)
 
 
-def open_frames(spec: str, fps: float, **kwargs):
-    """Open a frame source, or a one-line ``UserError``."""
+def open_frames(spec: str, fps: float, reconnect: str | None = None, **kwargs):
+    """Open a frame source (``reconnect``: how long a live source retries after a drop, e.g. 30s),
+    or a one-line ``UserError``; notes what the source changes about the request."""
+    from ..app.streaming import parse_time
     from ..sources import SourceError, open_source
 
     try:
-        return open_source(spec, fps, **kwargs)
+        reconnect_s = None if reconnect is None else parse_time(reconnect)
+        source = open_source(spec, fps, reconnect_s=reconnect_s, **kwargs)
     except (SourceError, ValueError) as exc:
         raise UserError(str(exc)) from exc
+    if source.rate_note:
+        note(source.rate_note)
+    return source

@@ -25,6 +25,7 @@ from .options import (
     PolicyOpt,
     PolicyOptsOpt,
     PseudoQueryOpt,
+    ReconnectOpt,
     ReindexOpt,
     SystemOpt,
 )
@@ -43,6 +44,7 @@ def watch(
     reindex: ReindexOpt = defaults.REINDEX,
     max_new_tokens: MaxNewTokensOpt = defaults.MAX_NEW_TOKENS,
     realtime: Annotated[bool, typer.Option("--realtime", help="Pace a file at real time instead of as fast as the model allows.")] = False,
+    reconnect: ReconnectOpt = None,
     no_history: Annotated[bool, typer.Option("--no-history", help="Answer each question on its own (no earlier turns).")] = False,
     system: SystemOpt = None,
     pseudo_query: PseudoQueryOpt = defaults.PSEUDO_QUERY,
@@ -76,7 +78,7 @@ def watch(
         AnswerSettings(max_new_tokens, not no_history, system),
     )
     settings.check()
-    frames = open_frames(source, fps, realtime=realtime)
+    frames = open_frames(source, fps, reconnect, realtime=realtime)
     session = build_session(settings, quiet=json_out)
     if not questions and sys.stdin.isatty():
         from ..app.live import run_interactive
@@ -103,6 +105,7 @@ def chat(
     max_pixels: MaxPixelsOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
+    reconnect: ReconnectOpt = None,
     debug: DebugOpt = False,
 ) -> None:
     """Talk about a live camera or stream while it runs: an interactive prompt with live readouts.
@@ -134,7 +137,7 @@ def chat(
     settings.check()
     spec = (source or default_camera()) if webcam else source
     assert spec is not None
-    frames = open_frames(spec, fps, webcam=webcam)
+    frames = open_frames(spec, fps, reconnect, webcam=webcam)
     session = build_session(settings)
     from ..app.live import run_interactive
 
