@@ -1,0 +1,406 @@
+"""One thread owns a session; every other thread talks to it through requests.
+
+``SessionWorker`` runs a ``Session`` on its own thread. Ingesting, flushing, answering, pausing
+and arbitrary reads (``call``) are requests to that thread, so the model, the cache, the
+positions and every session field have exactly one writer, and no lock is ever held while a
+caller reads an answer.
+
+Scheduling (one queue of *urgent* requests — answers, calls, pause, resume — and one FIFO
+*feed* of ingest and flush requests):
+
+- Urgent requests go first. An ingest request is fed to the session one frame at a time and
+  yields back to the queue after every chunk it completes, so a question waits for at most the
+  chunk in flight (plus answers asked before it).
+- An answer is decoded by the worker into a per-answer queue of text pieces, as fast as the
+  model goes; the caller iterates that queue. A caller that reads slowly, or keeps a half-read
+  answer alive, does not hold the model: the answer finishes and the memory is restored without
+  waiting for the reader. ``close()`` (or dropping the stream) cancels it between two tokens; the
+  memory is restored exactly before ``close()`` returns.
+- While paused, the feed is not served (callers of ``ingest`` wait on an event, not a poll);
+  answers and calls still are. ``pause()`` returns once no chunk is in flight.
+- ``stop()`` lets the chunk or token in flight finish, cancels the answer in progress, refuses
+  everything still queued (``WorkerStopped``, with how many frames of the request were taken)
+  and joins the thread. Frames of a partial chunk stay pending in the session, not in the
+  memory; ``counts().frames_pending`` reports them, so every frame handed over is accounted for:
+  ``frames_taken == frames_seen + frames_pending`` and ``frames_submitted == frames_taken +
+  frames_refused`` (for requests queued before the stop; a call after the stop raises at once).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+
+from .records import Answer, ChunkReport, SessionStats
+from .session import Session
+
+T = TypeVar("T")
+
+__all__ = ["SessionWorker", "WorkerAnswer", "WorkerCounts", "WorkerStopped"]
+
+
+class WorkerStopped(RuntimeError):
+    """The worker stopped before serving the request; ``frames_taken`` of its frames were ingested."""
+
+    def __init__(self, message: str = "the session worker has stopped", frames_taken: int = 0) -> None:
+        super().__init__(message)
+        self.frames_taken = frames_taken
+
+
+@dataclass(frozen=True)
+class WorkerCounts:
+    """Where every frame handed to the worker went (all written by the worker thread)."""
+
+    frames_submitted: int  # frames of ingest requests the worker received
+    frames_taken: int  # of those, handed to the session
+    frames_refused: int  # of those, refused because the worker stopped first
+    frames_seen: int  # the session's: frames prefilled into the memory
+    frames_pending: int  # the session's: frames waiting for their chunk (not in the memory)
+    answers: int  # answers completed
+    answers_cancelled: int  # answers closed, abandoned or cut by stop() before their end
+
+
+_END = object()
+
+
+class _Failure:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+class _Request:
+    """One request; ``done`` is set once it is served or refused."""
+
+    def __init__(self, kind: str, payload: Any = None) -> None:
+        self.kind = kind
+        self.payload = payload
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.offset = 0  # ingest: frames already handed to the session
+
+    def finish(self, result: Any = None, error: BaseException | None = None) -> None:
+        self.result, self.error = result, error
+        self.done.set()
+
+    def wait(self) -> Any:
+        self.done.wait()
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+@dataclass
+class _AnswerJob:
+    question: str
+    max_new_tokens: int | None
+    record_logits: bool
+    pieces: Any  # queue.SimpleQueue of str | _END | _Failure
+    cancel: threading.Event
+    answer: Answer | None = None
+
+
+class WorkerAnswer:
+    """An answer decoded by the worker: iterate for its text pieces (as they are decoded).
+
+    ``answer`` waits for the answer to end and returns its record. ``close()`` cancels it and
+    returns once the memory is restored; dropping the object cancels it too.
+    """
+
+    def __init__(self, request: _Request, job: _AnswerJob) -> None:
+        self._request = request
+        self._job = job
+        self._ended = False
+        weakref.finalize(self, job.cancel.set)  # abandoned: tell the worker to stop decoding
+
+    def __iter__(self) -> WorkerAnswer:
+        return self
+
+    def __next__(self) -> str:
+        if self._ended:
+            raise StopIteration
+        item = self._job.pieces.get()
+        if item is _END:
+            self._ended = True
+            raise StopIteration
+        if isinstance(item, _Failure):
+            self._ended = True
+            raise item.error
+        return item
+
+    @property
+    def answer(self) -> Answer:
+        self._request.done.wait()
+        if self._job.answer is None:
+            raise self._request.error or WorkerStopped()
+        return self._job.answer
+
+    @property
+    def finished(self) -> bool:
+        """Whether the worker is done with it (the memory no longer holds its tokens)."""
+        return self._request.done.is_set()
+
+    def close(self) -> None:
+        """Cancel (between two tokens) and wait until the question's tokens have left the memory."""
+        self._job.cancel.set()
+        self._request.done.wait()
+        self._ended = True
+
+
+class SessionWorker:
+    """The one thread that drives ``session`` (see the module docstring for the rules).
+
+    The session must not be used directly by anyone else while the worker runs.
+    """
+
+    def __init__(self, session: Session, name: str = "hermes-model") -> None:
+        self.session = session
+        self._cv = threading.Condition()
+        self._urgent: deque[_Request] = deque()  # guarded by _cv
+        self._feed: deque[_Request] = deque()  # guarded by _cv
+        self._stop_requested = threading.Event()
+        self._closed = False  # guarded by _cv; set by the worker thread as it exits
+        self.paused = threading.Event()  # set/cleared only by the worker thread
+        # Fields below are written only by the worker thread (before start: by the constructor).
+        self._paused = False
+        self._stats: SessionStats = session.stats()
+        self._warnings: tuple[str, ...] = tuple(session.warnings)
+        self._submitted = self._taken = self._refused = 0
+        self._answers = self._cancelled = 0
+        self._counts = self._make_counts()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> SessionWorker:
+        """Start the thread (once; later calls do nothing)."""
+        with self._cv:
+            if self._thread.ident is None and not self._closed:
+                self._thread.start()
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self, timeout_s: float | None = 30.0) -> None:
+        """Finish the chunk or token in flight, cancel the answer, refuse what is queued, join."""
+        self._stop_requested.set()
+        with self._cv:
+            self._cv.notify_all()
+            never_started = self._thread.ident is None
+            if never_started:
+                self._closed = True
+        if never_started:
+            self._refuse_queued()
+        else:
+            self._thread.join(timeout_s)
+
+    # -- requests -------------------------------------------------------------------------------
+    def ingest(self, frames: Sequence[np.ndarray], timestamps: Sequence[float]) -> list[ChunkReport]:
+        """Ingest frames (waits while paused); returns the chunks they completed."""
+        if len(frames) != len(timestamps):
+            raise ValueError(f"{len(frames)} frames but {len(timestamps)} timestamps")
+        return self._submit(_Request("ingest", (list(frames), [float(t) for t in timestamps])), urgent=False)
+
+    def flush(self) -> ChunkReport | None:
+        """Prefill the partial chunk (end of stream); served in order with ``ingest``."""
+        return self._submit(_Request("flush"), urgent=False)
+
+    def ask(self, question: str, *, max_new_tokens: int | None = None, record_logits: bool = False) -> WorkerAnswer:
+        """Queue a question; iterate the result for its pieces."""
+        job = _AnswerJob(question, max_new_tokens, record_logits, queue.SimpleQueue(), threading.Event())
+        request = _Request("answer", job)
+        handle = WorkerAnswer(request, job)
+        self._enqueue(request, urgent=True)
+        return handle
+
+    def answer(self, question: str, **kwargs) -> Answer:
+        """Ask and read the whole answer."""
+        stream = self.ask(question, **kwargs)
+        for _ in stream:
+            pass
+        return stream.answer
+
+    def call(self, fn: Callable[[Session], T]) -> T:
+        """Run ``fn(session)`` on the worker thread (between chunks) and return its result."""
+        return self._submit(_Request("call", fn), urgent=True)
+
+    def pause(self) -> None:
+        """Stop serving ingest requests; returns once no chunk is in flight."""
+        self._submit(_Request("pause"), urgent=True)
+
+    def resume(self) -> None:
+        """Serve ingest requests again."""
+        self._submit(_Request("resume"), urgent=True)
+
+    # -- readouts (no waiting: published by the worker) -------------------------------------------
+    def stats(self) -> SessionStats:
+        """The session's stats as of the last chunk, answer or call the worker served."""
+        return self._stats
+
+    def counts(self) -> WorkerCounts:
+        """Frame accounting as of the last request the worker served."""
+        return self._counts
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return self._warnings
+
+    # -- the caller side of the queue ---------------------------------------------------------------
+    def _enqueue(self, request: _Request, *, urgent: bool) -> None:
+        with self._cv:
+            if self._closed or self._stop_requested.is_set():
+                raise WorkerStopped()
+            (self._urgent if urgent else self._feed).append(request)
+            self._cv.notify_all()
+
+    def _submit(self, request: _Request, *, urgent: bool) -> Any:
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("the worker cannot wait for itself: use the session directly inside call()")
+        self._enqueue(request, urgent=urgent)
+        return request.wait()
+
+    # -- the worker thread --------------------------------------------------------------------------
+    def _next(self) -> _Request | None:
+        with self._cv:
+            while True:
+                if self._stop_requested.is_set():
+                    return None
+                if self._urgent:
+                    return self._urgent.popleft()
+                if self._feed and not self._paused:
+                    return self._feed[0]  # stays at the head until fully fed
+                self._cv.wait()
+
+    def _serve(self) -> None:
+        try:
+            while (request := self._next()) is not None:
+                if request.kind == "ingest":
+                    if not self._feed_some(request):
+                        self._counts = self._make_counts()
+                        continue  # nothing but a frame queued for its chunk: the stats did not change
+                elif request.kind == "flush":
+                    self._pop_feed(request)
+                    self._run(request, self.session.flush)
+                elif request.kind == "answer":
+                    self._answer(request)
+                elif request.kind == "call":
+                    self._run(request, lambda fn=request.payload: fn(self.session))
+                elif request.kind == "pause":
+                    self._paused = True
+                    self.paused.set()
+                    request.finish()
+                elif request.kind == "resume":
+                    self._paused = False
+                    self.paused.clear()
+                    request.finish()
+                self._publish()
+        finally:
+            with self._cv:
+                self._closed = True
+            self._refuse_queued()
+            self._publish()
+
+    def _pop_feed(self, request: _Request) -> None:
+        with self._cv:
+            self._feed.popleft()
+        if request.kind == "ingest":
+            self._submitted += len(request.payload[0])
+
+    def _run(self, request: _Request, fn: Callable[[], Any]) -> None:
+        try:
+            request.finish(fn())
+        except Exception as exc:
+            request.finish(error=exc)
+
+    def _feed_some(self, request: _Request) -> bool:
+        """Hand frames of ``request`` to the session until one chunk completes (or none are left).
+
+        Returns whether a chunk was prefilled or the request failed (the stats changed).
+        """
+        frames, times = request.payload
+        if request.result is None:
+            request.result = []
+        chunked = False
+        try:
+            while request.offset < len(frames) and not chunked:
+                i = request.offset
+                made = self.session.ingest([frames[i]], [times[i]])
+                request.offset += 1
+                self._taken += 1
+                request.result.extend(made)
+                chunked = bool(made)
+        except Exception as exc:
+            request.offset += 1  # the frame stays in the session's partial chunk
+            self._taken += 1
+            self._pop_feed(request)
+            self._refused += len(frames) - request.offset
+            request.finish(error=exc)
+            return True
+        if request.offset == len(frames):
+            self._pop_feed(request)
+            request.finish(request.result)
+        return chunked
+
+    def _answer(self, request: _Request) -> None:
+        job: _AnswerJob = request.payload
+        if job.cancel.is_set():  # abandoned before it started
+            self._cancelled += 1
+            job.pieces.put(_END)
+            request.finish()
+            return
+        stream = self.session.ask(job.question, max_new_tokens=job.max_new_tokens, record_logits=job.record_logits)
+        job.answer = stream.answer
+        pieces: Iterator[str] = iter(stream)
+        ending: object = _END
+        try:
+            while True:
+                if job.cancel.is_set() or self._stop_requested.is_set():
+                    stream.close()  # the rollback: the cache is as before the question
+                    self._cancelled += 1
+                    if not job.cancel.is_set():
+                        ending = _Failure(WorkerStopped("the answer was cut short: the worker stopped"))
+                    break
+                piece = next(pieces, None)
+                if piece is None:
+                    self._answers += 1
+                    break
+                job.pieces.put(piece)
+        except Exception as exc:
+            stream.close()
+            ending = _Failure(exc)
+        job.pieces.put(ending)
+        request.finish()
+
+    def _refuse_queued(self) -> None:
+        with self._cv:
+            queued = [*self._urgent, *self._feed]
+            self._urgent.clear()
+            self._feed.clear()
+        for request in queued:
+            if request.kind == "ingest":
+                total = len(request.payload[0])
+                self._submitted += total
+                self._refused += total - request.offset
+            if request.kind == "answer":
+                request.payload.pieces.put(_Failure(WorkerStopped()))
+            request.finish(error=WorkerStopped(frames_taken=request.offset))
+        self._counts = self._make_counts()
+
+    def _publish(self) -> None:
+        session = self.session
+        self._stats = session.stats()
+        self._warnings = tuple(session.warnings)
+        self._counts = self._make_counts()
+
+    def _make_counts(self) -> WorkerCounts:
+        session = self.session
+        return WorkerCounts(self._submitted, self._taken, self._refused, session.frames_seen,
+                            session.pending_frames, self._answers, self._cancelled)
