@@ -19,11 +19,14 @@ Scheduling (one queue of *urgent* requests — answers, calls, pause, resume —
 - While paused, the feed is not served (callers of ``ingest`` wait on an event, not a poll);
   answers and calls still are. ``pause()`` returns once no chunk is in flight.
 - ``stop()`` lets the chunk or token in flight finish, cancels the answer in progress, refuses
-  everything still queued (``WorkerStopped``, with how many frames of the request were taken)
-  and joins the thread. Frames of a partial chunk stay pending in the session, not in the
-  memory; ``counts().frames_pending`` reports them, so every frame handed over is accounted for:
-  ``frames_taken == frames_seen + frames_pending`` and ``frames_submitted == frames_taken +
-  frames_refused`` (for requests queued before the stop; a call after the stop raises at once).
+  everything still queued and every later request (``WorkerStopped``, which says how many frames
+  of the request were taken) and joins the thread. Frames of a partial chunk stay pending in the
+  session, not in the memory.
+
+Every frame handed over is accounted for: a caller knows what it submitted and what was refused
+(``WorkerStopped.frames_taken``); ``counts()`` says ``frames_taken == frames_seen +
+frames_pending``, so the frames submitted are those in the memory, those pending (dropped if the
+stream ends without ``flush``) and those refused.
 """
 
 from __future__ import annotations
@@ -58,9 +61,7 @@ class WorkerStopped(RuntimeError):
 class WorkerCounts:
     """Where every frame handed to the worker went (all written by the worker thread)."""
 
-    frames_submitted: int  # frames of ingest requests the worker received
-    frames_taken: int  # of those, handed to the session
-    frames_refused: int  # of those, refused because the worker stopped first
+    frames_taken: int  # frames handed to the session
     frames_seen: int  # the session's: frames prefilled into the memory
     frames_pending: int  # the session's: frames waiting for their chunk (not in the memory)
     answers: int  # answers completed
@@ -172,7 +173,7 @@ class SessionWorker:
         self._paused = False
         self._stats: SessionStats = session.stats()
         self._warnings: tuple[str, ...] = tuple(session.warnings)
-        self._submitted = self._taken = self._refused = 0
+        self._taken = 0
         self._answers = self._cancelled = 0
         self._counts = self._make_counts()
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
@@ -311,8 +312,6 @@ class SessionWorker:
     def _pop_feed(self, request: _Request) -> None:
         with self._cv:
             self._feed.popleft()
-        if request.kind == "ingest":
-            self._submitted += len(request.payload[0])
 
     def _run(self, request: _Request, fn: Callable[[], Any]) -> None:
         try:
@@ -341,7 +340,7 @@ class SessionWorker:
             request.offset += 1  # the frame stays in the session's partial chunk
             self._taken += 1
             self._pop_feed(request)
-            self._refused += len(frames) - request.offset
+            exc.frames_taken = request.offset  # type: ignore[attr-defined]
             request.finish(error=exc)
             return True
         if request.offset == len(frames):
@@ -385,10 +384,6 @@ class SessionWorker:
             self._urgent.clear()
             self._feed.clear()
         for request in queued:
-            if request.kind == "ingest":
-                total = len(request.payload[0])
-                self._submitted += total
-                self._refused += total - request.offset
             if request.kind == "answer":
                 request.payload.pieces.put(_Failure(WorkerStopped()))
             request.finish(error=WorkerStopped(frames_taken=request.offset))
@@ -402,5 +397,5 @@ class SessionWorker:
 
     def _make_counts(self) -> WorkerCounts:
         session = self.session
-        return WorkerCounts(self._submitted, self._taken, self._refused, session.frames_seen,
+        return WorkerCounts(self._taken, session.frames_seen,
                             session.pending_frames, self._answers, self._cancelled)
