@@ -283,47 +283,52 @@ class SessionWorker:
     def _serve(self) -> None:
         try:
             while (request := self._next()) is not None:
-                if request.kind == "ingest":
-                    if not self._feed_some(request):
-                        self._counts = self._make_counts()
-                        continue  # nothing but a frame queued for its chunk: the stats did not change
-                elif request.kind == "flush":
-                    self._pop_feed(request)
-                    self._run(request, self.session.flush)
-                elif request.kind == "answer":
-                    self._answer(request)
-                elif request.kind == "call":
-                    self._run(request, lambda fn=request.payload: fn(self.session))
-                elif request.kind == "pause":
-                    self._paused = True
-                    self.paused.set()
-                    request.finish()
-                elif request.kind == "resume":
-                    self._paused = False
-                    self.paused.clear()
-                    request.finish()
+                outcome = self._handle(request)
+                if outcome is None:  # an ingest request served in part; its frames queued, no chunk
+                    self._counts = self._make_counts()
+                    continue
+                # Publish first, so a caller that sees its request done also sees its effect.
                 self._publish()
+                result, error = outcome
+                if request.kind == "answer":
+                    request.payload.pieces.put(_END if error is None else _Failure(error))
+                    error = None
+                request.finish(result, error)
         finally:
             with self._cv:
                 self._closed = True
             self._refuse_queued()
             self._publish()
 
-    def _pop_feed(self, request: _Request) -> None:
+    def _handle(self, request: _Request) -> tuple[Any, BaseException | None] | None:
+        """Serve (part of) one request; ``(result, error)`` once it is done, None if not yet."""
+        kind = request.kind
+        if kind == "ingest":
+            return self._feed_some(request)
+        if kind == "answer":
+            return None, self._answer(request.payload)
+        if kind == "pause" or kind == "resume":
+            self._paused = kind == "pause"
+            if self._paused:
+                self.paused.set()
+            else:
+                self.paused.clear()
+            return None, None
+        if kind == "flush":
+            self._pop_feed()
+        fn = self.session.flush if kind == "flush" else (lambda: request.payload(self.session))
+        try:
+            return fn(), None
+        except Exception as exc:
+            return None, exc
+
+    def _pop_feed(self) -> None:
         with self._cv:
             self._feed.popleft()
 
-    def _run(self, request: _Request, fn: Callable[[], Any]) -> None:
-        try:
-            request.finish(fn())
-        except Exception as exc:
-            request.finish(error=exc)
-
-    def _feed_some(self, request: _Request) -> bool:
-        """Hand frames of ``request`` to the session until one chunk completes (or none are left).
-
-        Returns whether a chunk was prefilled or the request failed (the stats changed).
-        """
+    def _feed_some(self, request: _Request) -> tuple[Any, BaseException | None] | None:
+        """Hand frames of ``request`` to the session until one chunk completes; None if frames
+        remain or nothing changed but a frame queued for its chunk (the stats are as they were)."""
         frames, times = request.payload
         if request.result is None:
             request.result = []
@@ -339,44 +344,40 @@ class SessionWorker:
         except Exception as exc:
             request.offset += 1  # the frame stays in the session's partial chunk
             self._taken += 1
-            self._pop_feed(request)
+            self._pop_feed()
             exc.frames_taken = request.offset  # type: ignore[attr-defined]
-            request.finish(error=exc)
-            return True
-        if request.offset == len(frames):
-            self._pop_feed(request)
-            request.finish(request.result)
-        return chunked
+            return None, exc
+        if request.offset < len(frames):
+            if chunked:
+                self._publish()
+            return None
+        self._pop_feed()
+        return request.result, None
 
-    def _answer(self, request: _Request) -> None:
-        job: _AnswerJob = request.payload
+    def _answer(self, job: _AnswerJob) -> BaseException | None:
+        """Decode ``job`` into its piece queue; returns the error that ended it, if any."""
         if job.cancel.is_set():  # abandoned before it started
             self._cancelled += 1
-            job.pieces.put(_END)
-            request.finish()
-            return
+            return None
         stream = self.session.ask(job.question, max_new_tokens=job.max_new_tokens, record_logits=job.record_logits)
         job.answer = stream.answer
         pieces: Iterator[str] = iter(stream)
-        ending: object = _END
         try:
             while True:
                 if job.cancel.is_set() or self._stop_requested.is_set():
                     stream.close()  # the rollback: the cache is as before the question
                     self._cancelled += 1
-                    if not job.cancel.is_set():
-                        ending = _Failure(WorkerStopped("the answer was cut short: the worker stopped"))
-                    break
+                    if job.cancel.is_set():
+                        return None
+                    return WorkerStopped("the answer was cut short: the worker stopped")
                 piece = next(pieces, None)
                 if piece is None:
                     self._answers += 1
-                    break
+                    return None
                 job.pieces.put(piece)
         except Exception as exc:
             stream.close()
-            ending = _Failure(exc)
-        job.pieces.put(ending)
-        request.finish()
+            return exc
 
     def _refuse_queued(self) -> None:
         with self._cv:
