@@ -342,3 +342,43 @@ def test_random_schedules_lose_no_frame_and_match_one_thread(tiny_qwen, policy, 
     for kind, seconds, chunks in waits:
         bound = 3 * ((chunks + 1) * chunk_s + (questions + 1) * answer_s) + hold_s + 1.0
         assert seconds < bound, (kind, seconds, chunks, chunk_s, answer_s)
+
+
+# -- the interactive assistant's ingest thread ----------------------------------------------------
+
+class _Frame:
+    def __init__(self, i: int) -> None:
+        self.image, self.timestamp = FRAMES[i % N_FRAMES], 0.5 * i
+
+
+def test_the_ingestor_puts_every_frame_of_a_file_in_the_memory(tiny_qwen):
+    from hermes_cli.app.live import Ingestor
+
+    messages: list[str] = []
+    ingestor = Ingestor(make_session(tiny_qwen, "hermes"), [_Frame(i) for i in range(7)], messages.append).start()
+    assert ingestor.finished.wait(60)
+    counts = ingestor.worker.counts()
+    assert ingestor.frames_read == 7 == counts.frames_taken == counts.frames_seen and counts.frames_pending == 0
+    assert ingestor.snapshot.frames_seen == 7 and any("end of stream: 7 frames" in m for m in messages)
+    ingestor.stop()
+
+
+def test_pause_resume_and_stop_of_the_ingestor_account_for_every_frame(tiny_qwen):
+    from hermes_cli.app.live import Ingestor
+
+    many = 10 * N_FRAMES  # more than it can ingest before the stop
+    ingestor = Ingestor(make_session(tiny_qwen, "full"), (_Frame(i) for i in range(many)), lambda m: None)
+    ingestor.start()
+    ingestor.pause()
+    assert ingestor.paused.is_set()
+    taken = ingestor.worker.counts().frames_taken
+    time.sleep(0.2)
+    assert ingestor.worker.counts().frames_taken == taken  # paused: nothing more is taken
+    ingestor.resume()
+    ingestor.pause()
+    ingestor.stop()  # while paused, with a frame waiting to be submitted
+    assert not ingestor.thread.is_alive() and not ingestor.worker.running
+    counts = ingestor.worker.counts()
+    assert ingestor.frames_read == counts.frames_taken + ingestor.frames_refused
+    assert counts.frames_taken == counts.frames_seen + counts.frames_pending
+    assert ingestor.frames_read < many and ingestor.error is None
