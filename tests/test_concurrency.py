@@ -68,6 +68,8 @@ def test_ingest_in_the_middle_of_an_answer_is_refused_not_dropped(tiny_qwen):
         session.ingest(FRAMES[4:8], TIMES[4:8])
     with pytest.raises(AnswerOpenError):
         session.flush()
+    with pytest.raises(AnswerOpenError):
+        session.answer("And another?")  # one answer's tokens at a time
     assert session.pending_frames == 0 and session.frames_seen == 4
     stream.close()
     session.ingest(FRAMES[4:8], TIMES[4:8])
@@ -196,6 +198,22 @@ def test_a_failing_call_reaches_its_caller_and_the_worker_keeps_serving(worker):
         worker.call(lambda s: 1 / 0)
     worker.ingest(FRAMES[:2], TIMES[:2])
     assert worker.counts().frames_seen == 2
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_broken_worker_fails_its_callers_instead_of_hanging(tiny_qwen):
+    worker = SessionWorker(make_session(tiny_qwen, "full")).start()
+
+    def broken() -> None:
+        raise RuntimeError("a bug in the worker")
+
+    worker._publish = broken  # every request fails after it is served, before the reply
+    with pytest.raises(WorkerStopped):
+        worker.ingest(FRAMES[:2], TIMES[:2])
+    worker._thread.join(30)
+    assert not worker.running
+    with pytest.raises(WorkerStopped):
+        worker.ingest(FRAMES[2:4], TIMES[2:4])
 
 
 # -- the randomised schedule ----------------------------------------------------------------------
@@ -382,3 +400,29 @@ def test_pause_resume_and_stop_of_the_ingestor_account_for_every_frame(tiny_qwen
     assert ingestor.frames_read == counts.frames_taken + ingestor.frames_refused
     assert counts.frames_taken == counts.frames_seen + counts.frames_pending
     assert ingestor.frames_read < many and ingestor.error is None
+
+
+def test_ctrl_c_in_an_answer_cancels_it_and_the_memory_is_as_before(tiny_qwen):
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from hermes_cli.app.live import Assistant
+
+    session = make_session(tiny_qwen, "full", max_new_tokens=30)
+    session.ingest(FRAMES[:4], TIMES[:4])
+    before = memory(session)
+    written: list[str] = []
+
+    def write(text: str) -> None:
+        written.append(text)
+        if len(written) == 1:
+            raise KeyboardInterrupt  # Ctrl-C while the first piece is shown
+
+    with create_pipe_input() as pipe:
+        assistant = Assistant(session, [], input=pipe, output=DummyOutput(), write=write)
+        assistant.worker.start()
+        assistant.answer("Tell me everything.")
+        assistant.answer("And now?")  # the prompt goes on
+        assistant.worker.stop()
+    assert written[1] == " [cancelled]\n" and written[-1] == "\n"
+    assert_same_memory(memory(session), before)

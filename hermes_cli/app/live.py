@@ -121,7 +121,8 @@ class Ingestor:
         if close is not None:
             close()
         self.worker.stop(timeout_s)
-        self.thread.join(timeout_s)
+        if self.thread.ident is not None:
+            self.thread.join(timeout_s)
 
     @property
     def lag_s(self) -> float | None:
@@ -254,13 +255,15 @@ class Assistant:
             self.ingestor.stop()
 
     def answer(self, question: str) -> None:
-        stream = self.worker.ask(question)
+        stream = None
         try:
+            stream = self.worker.ask(question)
             for piece in stream:
                 self.write(piece)
             self.write("\n")
         except KeyboardInterrupt:
-            stream.close()  # returns once the question has left the memory
+            if stream is not None:
+                stream.close()  # returns once the question has left the memory
             self.write(" [cancelled]\n")
         except Exception as exc:  # a failing answer must not end the session
             self._notify(f"could not answer: {type(exc).__name__}: {exc}")

@@ -191,7 +191,10 @@ class SessionWorker:
         return self._thread.is_alive()
 
     def stop(self, timeout_s: float | None = 30.0) -> None:
-        """Finish the chunk or token in flight, cancel the answer, refuse what is queued, join."""
+        """Finish the chunk or token in flight, cancel the answer, refuse what is queued, join.
+
+        Called on the worker thread itself (inside ``call``), it only asks the thread to stop.
+        """
         self._stop_requested.set()
         with self._cv:
             self._cv.notify_all()
@@ -200,7 +203,7 @@ class SessionWorker:
                 self._closed = True
         if never_started:
             self._refuse_queued()
-        else:
+        elif threading.current_thread() is not self._thread:
             self._thread.join(timeout_s)
 
     # -- requests -------------------------------------------------------------------------------
@@ -281,6 +284,7 @@ class SessionWorker:
                 self._cv.wait()
 
     def _serve(self) -> None:
+        request = None
         try:
             while (request := self._next()) is not None:
                 outcome = self._handle(request)
@@ -297,6 +301,11 @@ class SessionWorker:
         finally:
             with self._cv:
                 self._closed = True
+            if request is not None and not request.done.is_set():  # the worker itself failed
+                with self._cv:
+                    if request in self._feed:
+                        self._feed.remove(request)
+                self._refuse(request)
             self._refuse_queued()
             self._publish()
 
@@ -385,10 +394,14 @@ class SessionWorker:
             self._urgent.clear()
             self._feed.clear()
         for request in queued:
-            if request.kind == "answer":
-                request.payload.pieces.put(_Failure(WorkerStopped()))
-            request.finish(error=WorkerStopped(frames_taken=request.offset))
+            self._refuse(request)
         self._counts = self._make_counts()
+
+    @staticmethod
+    def _refuse(request: _Request) -> None:
+        if request.kind == "answer":
+            request.payload.pieces.put(_Failure(WorkerStopped()))
+        request.finish(error=WorkerStopped(frames_taken=request.offset))
 
     def _publish(self) -> None:
         session = self.session
