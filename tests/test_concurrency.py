@@ -332,6 +332,7 @@ def run_schedule(adapter, policy: str, plan: dict):
     return worker, state, waits, batches
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["full", "hermes"])
 @settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(plan=PLANS)
