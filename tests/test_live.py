@@ -113,6 +113,5 @@ def test_toolbar_shows_the_lag_of_a_live_source(tiny_llava):
     from hermes_cli.app.live import Ingestor
 
     ingestor = Ingestor(session, LiveFrames(), lambda message: None)
-    ingestor.snapshot = session.stats()
     ingestor.started -= 10  # the source started 10 s ago; 1 s of it is in memory
     assert 8.5 < ingestor.lag_s < 10 and "lag 9." in toolbar_text(ingestor)

@@ -1,9 +1,10 @@
 """The interactive assistant: a background thread ingests the stream while a prompt answers.
 
-``Ingestor`` runs in its own thread and feeds frames to the session; the session's lock makes a
-question wait for at most the chunk in flight. The prompt (prompt-toolkit) streams answers
-token by token and shows live readouts in its bottom toolbar. Errors in the thread become
-messages; the prompt stays usable and questions keep working on the memory as it is.
+One ``SessionWorker`` thread owns the session; everything else sends it requests. ``Ingestor``
+runs in its own thread and only reads frames from the source and submits them to the worker (a
+question waits for at most the chunk in flight); the prompt (prompt-toolkit) asks the worker,
+streams answers token by token and shows live readouts in its bottom toolbar. Errors in the
+thread become messages; the prompt stays usable and questions keep working on the memory as it is.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from prompt_toolkit.patch_stdout import patch_stdout
 
 from ..engine.records import SessionStats
 from ..engine.session import Session
+from ..engine.worker import SessionWorker, WorkerStopped
 
 HELP = """\
 Ask anything about the stream; answers come from the memory as it is now.
@@ -33,23 +35,50 @@ Alt-Enter (or Esc Enter) starts a new line; Ctrl-C cancels an answer in progress
 
 
 class Ingestor:
-    """Feeds frames to a session from a background thread; never dies silently."""
+    """Reads frames from a source on a background thread and submits them to the session worker.
 
-    def __init__(self, session: Session, frames: Iterable, notify: Callable[[str], None]) -> None:
-        self.session = session
+    Never dies silently. Its thread writes only ``error``, ``frames_read`` and
+    ``frames_refused``; the readouts (``snapshot``, ``paused``) are published by the worker.
+    Pausing holds the thread on the worker's queue (no polling). Exactness: every frame read is
+    taken by the worker (then in the memory or pending in a partial chunk — flushed at the end of
+    the stream) or refused because the worker stopped: ``frames_read ==
+    worker.counts().frames_taken + frames_refused`` when this is the worker's only source.
+    """
+
+    def __init__(self, session: Session | SessionWorker, frames: Iterable, notify: Callable[[str], None]) -> None:
+        self.worker = session if isinstance(session, SessionWorker) else SessionWorker(session)
+        self.session = self.worker.session  # its settings only: the worker owns its state
         self.frames = frames
         self.notify = notify
-        self.paused = threading.Event()
         self.stopping = threading.Event()
         self.finished = threading.Event()
         self.error: str | None = None
+        self.frames_read = 0
+        self.frames_refused = 0
         self._warned = 0
         self.started = time.monotonic()
-        self.snapshot: SessionStats = session.stats()
         self.thread = threading.Thread(target=self._run, name="hermes-ingest", daemon=True)
 
+    @property
+    def snapshot(self) -> SessionStats:
+        """The session's stats as the worker last published them."""
+        return self.worker.stats()
+
+    @property
+    def paused(self) -> threading.Event:
+        """Set while the worker is paused (read-only: use ``pause``/``resume``)."""
+        return self.worker.paused
+
+    def pause(self) -> None:
+        """Stop ingesting; returns once no chunk is in flight."""
+        self.worker.pause()
+
+    def resume(self) -> None:
+        self.worker.resume()
+
     def start(self) -> Ingestor:
-        """Start the thread (once; later calls do nothing)."""
+        """Start the worker and the thread (once; later calls do nothing)."""
+        self.worker.start()
         if self.thread.ident is None:
             self.started = time.monotonic()
             self.thread.start()
@@ -58,18 +87,21 @@ class Ingestor:
     def _run(self) -> None:
         try:
             for frame in self.frames:
-                while self.paused.is_set() and not self.stopping.is_set():
-                    time.sleep(0.05)
-                if self.stopping.is_set():
+                self.frames_read += 1
+                try:
+                    self.worker.ingest([frame.image], [frame.timestamp])
+                except WorkerStopped as stopped:
+                    self.frames_refused += 1 - stopped.frames_taken
                     return
-                if self.session.ingest([frame.image], [frame.timestamp]):
-                    self.snapshot = self.session.stats()
-                    self._say_new_warnings()
-            self.session.flush()
-            self.snapshot = self.session.stats()
-            s = self.snapshot
+                self._say_new_warnings()
+            if self.stopping.is_set():
+                return
+            self.worker.flush()
+            s = self.worker.stats()
             self.notify(f"end of stream: {s.frames_seen} frames, {s.stream_time_s:.1f}s — "
                         "questions keep working on the final memory")
+        except WorkerStopped:
+            return
         except Exception as exc:  # the prompt must hear about it, and stay usable
             self.error = f"{type(exc).__name__}: {exc}"
             self.notify(f"ingestion stopped: {exc} — questions still work on the memory so far")
@@ -77,18 +109,20 @@ class Ingestor:
             self.finished.set()
 
     def _say_new_warnings(self) -> None:
-        while self._warned < len(self.session.warnings):
-            self.notify(f"warning: {self.session.warnings[self._warned]}")
+        warnings = self.worker.warnings
+        while self._warned < len(warnings):
+            self.notify(f"warning: {warnings[self._warned]}")
             self._warned += 1
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop ingesting, release the source, and join the thread."""
+        """Stop ingesting and the worker (the chunk in flight finishes), release the source, join."""
         self.stopping.set()
-        self.paused.clear()
         close = getattr(self.frames, "close", None)
         if close is not None:
             close()
-        self.thread.join(timeout_s)
+        self.worker.stop(timeout_s)
+        if self.thread.ident is not None:
+            self.thread.join(timeout_s)
 
     @property
     def lag_s(self) -> float | None:
@@ -169,7 +203,8 @@ class Assistant:
                  history_file: Path | None = None, write: Callable[[str], None] | None = None) -> None:
         self.session = session
         self.write = write or _write_stdout
-        self.ingestor = Ingestor(session, frames, self._notify)
+        self.worker = SessionWorker(session)  # the one thread that drives the session
+        self.ingestor = Ingestor(self.worker, frames, self._notify)
         bindings = KeyBindings()
 
         @bindings.add("escape", "enter")
@@ -220,15 +255,18 @@ class Assistant:
             self.ingestor.stop()
 
     def answer(self, question: str) -> None:
+        stream = None
         try:
-            for piece in self.session.ask(question):
+            stream = self.worker.ask(question)
+            for piece in stream:
                 self.write(piece)
             self.write("\n")
         except KeyboardInterrupt:
+            if stream is not None:
+                stream.close()  # returns once the question has left the memory
             self.write(" [cancelled]\n")
         except Exception as exc:  # a failing answer must not end the session
             self._notify(f"could not answer: {type(exc).__name__}: {exc}")
-        self.ingestor.snapshot = self.session.stats()
 
     def command(self, text: str) -> bool:
         """Run a slash command; False means quit."""
@@ -238,21 +276,21 @@ class Assistant:
         if name == "/help":
             self.print(HELP)
         elif name == "/stats":
-            self.print(stats_text(self.session.stats(), self.ingestor))
+            self.print(stats_text(self.worker.call(Session.stats), self.ingestor))
         elif name == "/memory":
-            self.print(memory_timeline(self.session))
+            self.print(self.worker.call(memory_timeline))
         elif name == "/pause":
-            self.ingestor.paused.set()
+            self.ingestor.pause()
             self.print("paused: no frames are ingested until /resume")
         elif name == "/resume":
-            self.ingestor.paused.clear()
+            self.ingestor.resume()
             self.print("resumed")
         elif name == "/policy":
             p = self.session.policy
             params = ", ".join(f"{f.name}={getattr(p, f.name)!r}" for f in p.parameters())
             self.print(f"{p.name} (budget {self.session.config.budget}): {p.description}" + (f"\n  {params}" if params else ""))
         elif name == "/clear":
-            self.session.history.clear()
+            self.worker.call(lambda session: session.history.clear())
             self.print("conversation forgotten; the video memory is unchanged")
         else:
             self.print(f"unknown command {name} — /help lists them")

@@ -39,11 +39,6 @@ ReconnectOpt = Annotated[
     typer.Option("--reconnect", metavar="DURATION", help="Live streams and cameras: after a drop, keep reconnecting "
                  "this long (e.g. 30s, 2m; 0 turns it off). Default: 30s."),
 ]
-ReconnectOpt = Annotated[
-    str | None,
-    typer.Option("--reconnect", metavar="DURATION", help="Live streams and cameras: after a drop, keep reconnecting "
-                 "this long (e.g. 30s, 2m; 0 turns it off). Default: 30s."),
-]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object per answer (for scripts).")]
 MaxNewTokensOpt = Annotated[int, typer.Option("--max-new-tokens", metavar="N", help="Longest answer in tokens.")]
 SystemOpt = Annotated[str | None, typer.Option("--system", metavar="TEXT", help="System prompt.")]

@@ -7,7 +7,7 @@ after eviction, so the loop here places every token itself.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 
 import torch
 from torch import Tensor
@@ -21,7 +21,7 @@ from .records import Answer
 
 def greedy_answer(adapter: ModelAdapter, cache: StreamingCache, positions: PositionTracker, prompt: Tensor,
                   answer: Answer, *, max_new_tokens: int, repetition_penalty: float,
-                  penalise_prompt: bool = False, record_logits: bool = False) -> Iterator[str]:
+                  penalise_prompt: bool = False, record_logits: bool = False) -> Generator[str, None, None]:
     """Append ``prompt`` after the cache, decode greedily and yield text as it becomes valid UTF-8.
 
     The repetition penalty covers the generated tokens (and the prompt too with

@@ -2,8 +2,10 @@
 
 ``Session.ingest`` encodes and prefills frames in chunks and lets the memory policy compress the
 cache after each chunk (``compression``); positions belong to a ``PositionTracker``; ``ask``
-answers from the cache as it is (``decoding``) and leaves it exactly as it was. A lock
-serialises the model between an ingesting thread and a questioning one.
+answers from the cache as it is (``decoding``) and leaves it exactly as it was.
+
+A session is driven by one thread at a time (see ``Session``); ``worker.SessionWorker`` is the way
+to use one from several threads.
 """
 
 from __future__ import annotations
@@ -29,7 +31,12 @@ from .records import Answer, CacheStats, ChunkReport, PositionStats, SessionStat
 
 NO_FRAMES_ANSWER = "I have not seen any frames yet — ask again once the stream has started."
 
-__all__ = ["Answer", "AnswerStream", "ChunkReport", "PositionLimitError", "Session", "SessionConfig"]
+__all__ = ["Answer", "AnswerOpenError", "AnswerStream", "ChunkReport", "PositionLimitError", "Session",
+           "SessionConfig"]
+
+
+class AnswerOpenError(RuntimeError):
+    """Frames were offered while an answer's tokens are in the cache (finish or close it first)."""
 
 
 class AnswerStream:
@@ -50,7 +57,15 @@ class AnswerStream:
 
 
 class Session:
-    """One stream through one model under one memory policy."""
+    """One stream through one model under one memory policy.
+
+    Single-threaded by contract: one thread drives it (``SessionWorker`` is the concurrent entry
+    point). ``lock`` only makes each call atomic, so misuse cannot corrupt the memory; it is
+    never held while an answer waits for its consumer. While an answer is open (``ask`` was
+    called and its stream is neither exhausted nor closed) its tokens are in the cache, and
+    ``ingest`` and ``flush`` raise ``AnswerOpenError`` instead of queuing frames that the answer's
+    rollback would drop. ``last_answer`` and ``history`` are written only inside calls.
+    """
 
     def __init__(self, adapter: ModelAdapter, policy: Policy | None = None, config: SessionConfig | None = None):
         self.adapter = adapter
@@ -75,6 +90,7 @@ class Session:
         self.last_answer: Answer | None = None  # for readouts (the toolbar's TTFT)
         self.warnings: list[str] = []  # things the user should know, each said once
         self._pending: list[tuple[np.ndarray, float]] = []
+        self._open_answer: Answer | None = None  # an answer whose tokens are in the cache
         self._tokens_per_unit: int | None = None
         ids = adapter.tokens(adapter.prefix_text(self.config.system_prompt))
         prefill(adapter, self.cache, adapter.embed(ids), self.positions.text(ids.shape[0], start=0), KIND_PREFIX)
@@ -87,25 +103,47 @@ class Session:
 
     # -- ingesting ----------------------------------------------------------------------------
     def ingest(self, frames: Sequence[np.ndarray], timestamps: Sequence[float]) -> list[ChunkReport]:
-        """Queue frames (H, W, 3 uint8, with their stream times) and prefill every full chunk."""
+        """Queue frames (H, W, 3 uint8, with their stream times) and prefill every full chunk.
+
+        Raises ``AnswerOpenError`` (queuing nothing) while an answer is open.
+        """
         reports = []
-        for frame, ts in zip(frames, timestamps, strict=True):
-            self._pending.append((np.asarray(frame), float(ts)))
-            if len(self._pending) >= self.config.chunk_frames:
-                reports.append(self._ingest_chunk(self._pending))
-                self._pending = []
+        with self.lock:
+            self._refuse_while_answering()
+            for frame, ts in zip(frames, timestamps, strict=True):
+                self._pending.append((np.asarray(frame), float(ts)))
+                if len(self._pending) >= self.config.chunk_frames:
+                    reports.append(self._ingest_chunk(self._pending))
+                    self._pending = []
         return reports
 
+    @property
+    def pending_frames(self) -> int:
+        """Frames queued for the next chunk (not yet in the memory)."""
+        return len(self._pending)
+
+    def _refuse_while_answering(self) -> None:
+        if self._open_answer is not None:
+            raise AnswerOpenError(
+                f"an answer to {self._open_answer.question!r} is still open: read it to the end or close it "
+                "before ingesting (its rollback would drop the frames)"
+            )
+
     def flush(self) -> ChunkReport | None:
-        """Prefill the frames still queued (end of stream), padding to whole temporal patches."""
-        if not self._pending:
-            return None
-        pending, self._pending = self._pending, []
-        real = len(pending)
-        per = self.adapter.frames_per_unit
-        while len(pending) % per:
-            pending.append(pending[-1])
-        return self._ingest_chunk(pending, real)
+        """Prefill the frames still queued (end of stream), padding to whole temporal patches.
+
+        Raises ``AnswerOpenError`` while an answer is open.
+        """
+        with self.lock:
+            self._refuse_while_answering()
+            if not self._pending:
+                return None
+            pending, self._pending = self._pending, []
+            real = len(pending)
+            per = self.adapter.frames_per_unit
+            while len(pending) % per:
+                pending.append(pending[-1])
+            return self._ingest_chunk(pending, real)
 
     def _ingest_chunk(self, items: list[tuple[np.ndarray, float]], real: int | None = None) -> ChunkReport:
         """Encode, prefill and (if over budget) compress one chunk; ``real`` frames were not padding."""
@@ -168,27 +206,48 @@ class Session:
         """The answer, streamed piece by piece; afterwards the cache is exactly as before the question.
 
         The question is answered from the memory as it is: it is never used for compression.
+        Decoding happens inside each step of the iteration, under the lock; between pieces the
+        lock is free and the answer is *open* (see the class). Exhausting or closing the stream
+        closes the answer; only a completed answer enters the history.
         """
         answer = Answer(question=question)
         return AnswerStream(answer, self._answer(answer, max_new_tokens or self.config.max_new_tokens, record_logits))
 
     def _answer(self, answer: Answer, max_new_tokens: int, record_logits: bool) -> Iterator[str]:
-        self.last_answer = answer
         with self.lock:
+            if self._open_answer is not None:
+                raise AnswerOpenError(f"an answer to {self._open_answer.question!r} is still open")
+            self.last_answer = answer
             answer.stream_time_s, answer.frames_seen = self.stream_time_s, self.frames_seen
             if self.units_seen == 0:
                 answer.text, answer.no_frames = NO_FRAMES_ANSWER, True
-                yield answer.text
-                return
-            history = self.history if self.config.history else []
-            text = self.adapter.question_text(answer.question, history, self.config.system_prompt)
-            yield from greedy_answer(
-                self.adapter, self.cache, self.positions, self.adapter.tokens(text), answer,
-                max_new_tokens=max_new_tokens, repetition_penalty=self.config.repetition_penalty,
-                penalise_prompt=self.config.penalise_prompt, record_logits=record_logits,
-            )
-        if self.config.history or self.config.pseudo_query_history:
-            self.history.append((answer.question, answer.text))
+            else:
+                history = self.history if self.config.history else []
+                text = self.adapter.question_text(answer.question, history, self.config.system_prompt)
+                pieces = greedy_answer(
+                    self.adapter, self.cache, self.positions, self.adapter.tokens(text), answer,
+                    max_new_tokens=max_new_tokens, repetition_penalty=self.config.repetition_penalty,
+                    penalise_prompt=self.config.penalise_prompt, record_logits=record_logits,
+                )
+                self._open_answer = answer
+        if answer.no_frames:
+            yield answer.text
+            return
+        done = False
+        try:
+            while True:
+                with self.lock:  # one decoding step; never held across the yield below
+                    piece = next(pieces, None)
+                if piece is None:
+                    break
+                yield piece
+            done = True
+        finally:
+            with self.lock:
+                pieces.close()  # rolls the cache back (already done when exhausted)
+                self._open_answer = None
+                if done and (self.config.history or self.config.pseudo_query_history):
+                    self.history.append((answer.question, answer.text))
 
     # -- readouts -----------------------------------------------------------------------------
     def stats(self) -> SessionStats:
