@@ -15,6 +15,7 @@ from .registry import (
     WAY_OUT,
     ModelLoadError,
     check_model_name,
+    default_for,
     family_of_type,
     in_hub_cache,
     model_from_env,
@@ -34,13 +35,8 @@ def default_model() -> tuple[str, str]:
         return env, "from HERMES_MODEL"
     if torch.cuda.is_available():
         free, _ = torch.cuda.mem_get_info()
-        gib = free / 2**30
-        if gib >= 24:
-            return "Qwen/Qwen2.5-VL-7B-Instruct", f"GPU with {gib:.0f} GiB free"
-        if gib >= 10:
-            return "Qwen/Qwen2.5-VL-3B-Instruct", f"GPU with {gib:.0f} GiB free"
-        return "llava-hf/llava-onevision-qwen2-0.5b-ov-hf", f"GPU with only {gib:.0f} GiB free"
-    return "llava-hf/llava-onevision-qwen2-0.5b-ov-hf", "no GPU"
+        return default_for(free / 2**30)
+    return default_for(None)
 
 
 def pick_device(device: str | None) -> torch.device:

@@ -51,6 +51,17 @@ ARCH_ALIASES: dict[str, str] = {
 }
 
 
+def default_for(gpu_free_gib: float | None) -> tuple[str, str]:
+    """(model id, why): the real model that fits a machine with this much free GPU memory (None: no GPU)."""
+    if gpu_free_gib is None:
+        return "llava-hf/llava-onevision-qwen2-0.5b-ov-hf", "no GPU"
+    if gpu_free_gib >= 24:
+        return "Qwen/Qwen2.5-VL-7B-Instruct", f"GPU with {gpu_free_gib:.0f} GiB free"
+    if gpu_free_gib >= 10:
+        return "Qwen/Qwen2.5-VL-3B-Instruct", f"GPU with {gpu_free_gib:.0f} GiB free"
+    return "llava-hf/llava-onevision-qwen2-0.5b-ov-hf", f"GPU with only {gpu_free_gib:.0f} GiB free"
+
+
 def family_of_type(model_type: str) -> Family | None:
     """The family whose adapter serves a transformers ``model_type``."""
     return next((f for f in FAMILIES if model_type in f.model_types), None)
