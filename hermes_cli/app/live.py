@@ -8,9 +8,11 @@ messages; the prompt stays usable and questions keep working on the memory as it
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from prompt_toolkit.history import FileHistory, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings
 from prompt_toolkit.patch_stdout import patch_stdout
 
+from ..engine.cache import KIND_VIDEO
 from ..engine.records import SessionStats
 from ..engine.session import Session
 
@@ -32,13 +35,23 @@ Ask anything about the stream; answers come from the memory as it is now.
 Alt-Enter (or Esc Enter) starts a new line; Ctrl-C cancels an answer in progress."""
 
 
-class Ingestor:
-    """Feeds frames to a session from a background thread; never dies silently."""
+RATE_WINDOW_S = 10.0  # "× real time" is measured over this much recent wall time
 
-    def __init__(self, session: Session, frames: Iterable, notify: Callable[[str], None]) -> None:
+
+class Ingestor:
+    """Feeds frames to a session from a background thread; never dies silently.
+
+    ``pace``: deliver a file at real time here (``--realtime`` in the interactive prompt), on a
+    clock that stops while paused — so ``/resume`` continues where the stream was, without a
+    backlog. ``frames_read`` counts frames as they arrive, before their chunk is prefilled.
+    """
+
+    def __init__(self, session: Session, frames: Iterable, notify: Callable[[str], None], *,
+                 pace: bool = False) -> None:
         self.session = session
         self.frames = frames
         self.notify = notify
+        self.pace = pace
         self.paused = threading.Event()
         self.stopping = threading.Event()
         self.finished = threading.Event()
@@ -46,7 +59,17 @@ class Ingestor:
         self._warned = 0
         self.started = time.monotonic()
         self.snapshot: SessionStats = session.stats()
+        self.frames_read = 0
+        self.last_read_s = 0.0  # stream time of the newest frame read
+        self._rate: deque[tuple[float, float]] = deque()  # (wall, stream time) of recent frames
+        self._origin: float | None = None  # pacing: wall time of stream time 0
+        self._paused_total = 0.0
         self.thread = threading.Thread(target=self._run, name="hermes-ingest", daemon=True)
+
+    @property
+    def live(self) -> bool:
+        """Frames arrive at real time (a live source, or a paced file)."""
+        return self.pace or bool(getattr(self.frames, "is_live", False))
 
     def start(self) -> Ingestor:
         """Start the thread (once; later calls do nothing)."""
@@ -58,23 +81,61 @@ class Ingestor:
     def _run(self) -> None:
         try:
             for frame in self.frames:
-                while self.paused.is_set() and not self.stopping.is_set():
-                    time.sleep(0.05)
+                self._wait_while_paused()
+                if self.pace:
+                    self._wait_until_due(frame.timestamp)
                 if self.stopping.is_set():
                     return
-                if self.session.ingest([frame.image], [frame.timestamp]):
+                with self.session.lock:  # a question may flush the partial chunk between frames
+                    self.frames_read += 1
+                    self.last_read_s = frame.timestamp
+                    ingested = self.session.ingest([frame.image], [frame.timestamp])
+                self._rate.append((time.monotonic(), frame.timestamp))
+                if ingested:
                     self.snapshot = self.session.stats()
                     self._say_new_warnings()
+            if self.stopping.is_set():  # left by the user: the stream did not end
+                return
             self.session.flush()
             self.snapshot = self.session.stats()
             s = self.snapshot
             self.notify(f"end of stream: {s.frames_seen} frames, {s.stream_time_s:.1f}s — "
                         "questions keep working on the final memory")
         except Exception as exc:  # the prompt must hear about it, and stay usable
+            if self.stopping.is_set():
+                return
             self.error = f"{type(exc).__name__}: {exc}"
             self.notify(f"ingestion stopped: {exc} — questions still work on the memory so far")
         finally:
             self.finished.set()
+
+    def _wait_while_paused(self) -> None:
+        if not self.paused.is_set():
+            return
+        since = time.monotonic()
+        while self.paused.is_set() and not self.stopping.is_set():
+            time.sleep(0.05)
+        self._paused_total += time.monotonic() - since
+        self._rate.clear()  # a rate across a pause means nothing
+
+    def _wait_until_due(self, timestamp: float) -> None:
+        """Pacing: wait until the frame's stream time on a clock that stands still while paused."""
+        if self._origin is None:
+            self._origin = time.monotonic() - timestamp
+            return
+        while not self.stopping.is_set():
+            self._wait_while_paused()
+            delay = self._origin + self._paused_total + timestamp - time.monotonic()
+            if delay <= 0:
+                return
+            self.stopping.wait(min(delay, 0.1))
+
+    def flush_for_question(self) -> None:
+        """Live sources: prefill the frames of the partial chunk, so an answer covers them."""
+        if self.live:
+            with self.session.lock:
+                if self.session.flush() is not None:
+                    self.snapshot = self.session.stats()
 
     def _say_new_warnings(self) -> None:
         while self._warned < len(self.session.warnings):
@@ -88,7 +149,8 @@ class Ingestor:
         close = getattr(self.frames, "close", None)
         if close is not None:
             close()
-        self.thread.join(timeout_s)
+        if self.thread.ident is not None:
+            self.thread.join(timeout_s)
 
     @property
     def lag_s(self) -> float | None:
@@ -99,9 +161,25 @@ class Ingestor:
 
     @property
     def speed(self) -> float | None:
-        """Stream seconds ingested per wall-clock second."""
-        wall = time.monotonic() - self.started
-        return self.snapshot.stream_time_s / wall if wall > 0.5 else None
+        """Stream seconds read per wall-clock second over the last ``RATE_WINDOW_S`` (None: too
+        little to tell). Up to now: a stall lowers it."""
+        now = time.monotonic()
+        while len(self._rate) > 2 and now - self._rate[0][0] > RATE_WINDOW_S:
+            self._rate.popleft()
+        if len(self._rate) < 2:
+            return None
+        (t0, s0), (_, s1) = self._rate[0], self._rate[-1]
+        wall = now - t0
+        return (s1 - s0) / wall if wall >= 0.5 else None
+
+    @property
+    def state(self) -> str:
+        """error, done, paused or live."""
+        if self.error:
+            return "error"
+        if self.finished.is_set():
+            return "done"
+        return "paused" if self.paused.is_set() else "live"
 
 
 def _write_stdout(text: str) -> None:
@@ -109,56 +187,109 @@ def _write_stdout(text: str) -> None:
     sys.stdout.flush()
 
 
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0f} ms" if value >= 10 else f"{value:.1f} ms"
+
+
 def _mib(n: int | None) -> str:
     return "—" if n is None else f"{n / 2**20:.1f} MiB" if n < 2**30 else f"{n / 2**30:.2f} GiB"
 
 
+def frames_kept(s: SessionStats, frames_per_unit: int) -> int:
+    """Frames whose tokens some layer still holds (a Qwen-VL unit is 2 frames)."""
+    return min(s.frames_seen, s.units_kept * frames_per_unit)
+
+
 def toolbar_text(ingestor: Ingestor) -> str:
-    """The one-line live readout."""
+    """The one-line live readout (most important first: narrow terminals cut the end)."""
     s = ingestor.snapshot
     session = ingestor.session
     cache, mem = s.cache, s.memory
     stats = getattr(ingestor.frames, "stats", None)
     dropped = getattr(stats, "frames_dropped", 0)
-    state = "error" if ingestor.error else "done" if ingestor.finished.is_set() else (
-        "paused" if ingestor.paused.is_set() else "live")
-    t = s.stream_time_s
+    state = ingestor.state
+    t = max(s.stream_time_s, ingestor.last_read_s)
     budget = cache.budget if cache.budget is not None else "∞"
     chunk = s.prefill_ms_last_chunk
-    speed = ingestor.speed
     answer = session.last_answer
+    seen = max(s.frames_seen, ingestor.frames_read)
+    if state in ("live",):
+        speed = ingestor.speed
+        pace = f"{speed:.1f}× real time" if speed is not None else ""
+    else:
+        pace = ""
     parts = [
         f"{state} {int(t // 60):02d}:{t % 60:04.1f}",
-        f"frames {s.frames_seen} seen · {s.units_kept} units kept"
+        f"frames {seen} seen · {frames_kept(s, session.adapter.frames_per_unit)} kept"
         + (f" · {dropped} dropped" if dropped else ""),
         f"cache {cache.stream_tokens}/{budget} tok · {_mib(cache.kv_bytes)}",
-        f"RSS {_mib(mem.rss_bytes)}" + (f" · GPU peak {_mib(mem.gpu_peak_bytes)}" if mem.gpu_peak_bytes else ""),
-        f"chunk {chunk:.0f} ms" if chunk is not None else "chunk —",
-        f"{speed:.1f}× real time" if speed else "",
-        f"lag {ingestor.lag_s:.1f}s" if ingestor.lag_s is not None else "",
     ]
     if answer is not None and answer.ttft_ms is not None:
         parts.append(f"TTFT {answer.ttft_ms:.0f} ms · TPOT {answer.tpot_ms or 0:.0f} ms")
+    parts += [
+        f"chunk {chunk:.0f} ms" if chunk is not None else "",
+        pace,
+        f"lag {ingestor.lag_s:.1f}s" if ingestor.lag_s is not None else "",
+        f"RSS {_mib(mem.rss_bytes)}" + (f" · GPU peak {_mib(mem.gpu_peak_bytes)}" if mem.gpu_peak_bytes else ""),
+    ]
     return " │ ".join(p for p in parts if p)
 
 
+SHADES = " ░▒▓█"  # by the share of a moment's tokens still held
+
+
+def _shade(share: float | None) -> str:
+    if share is None:
+        return " "
+    if share <= 0:
+        return "·"
+    if share >= 1 - 1e-9:
+        return "█"
+    return SHADES[1 + min(2, int(share * 3))]
+
+
+def held_shares(session: Session) -> list[dict[int, float]]:
+    """Per layer: unit -> share of that unit's tokens the layer still holds (units with none left out)."""
+    per_unit = max(1, getattr(session, "_tokens_per_unit", None) or 1)
+    shares = []
+    for layer in range(session.cache.num_layers):
+        meta = session.cache.meta(layer)
+        units = meta.frame[meta.kind == KIND_VIDEO].tolist()
+        counts: dict[int, int] = {}
+        for u in units:
+            counts[u] = counts.get(u, 0) + 1
+        shares.append({u: min(1.0, n / per_unit) for u, n in counts.items()})
+    return shares
+
+
 def memory_timeline(session: Session, width: int = 48) -> str:
-    """Per layer group, which moments of the stream it still holds: █ held, · forgotten."""
+    """Per layer group, which moments of the stream it still holds: every cell a unit covers is
+    marked (a Qwen-VL unit spans 2 frames); █ all of its tokens held, ▓▒░ part, · none."""
     if not session.units_seen:
         return "nothing streamed yet"
-    times = session.unit_times
-    end = max(session.stream_time_s, 1e-6)
-    held = session.held_units()
+    times = list(session.unit_times)
+    step = session.adapter.frames_per_unit / session.config.fps
+    spans = [(t, times[i + 1] if i + 1 < len(times) else t + step) for i, t in enumerate(times)]
+    end = max(spans[-1][1], 1e-6)
+    shares = held_shares(session)
     lines = [f"0s {'─' * (width - 2)} {end:.0f}s"]
-    for role, layers in session.policy.layer_groups(len(held)).items():
+    for role, layers in session.policy.layer_groups(len(shares)).items():
         if not layers:
             continue
-        units = set().union(*(held[i] for i in layers))
-        cells = ["·"] * width
-        for u in units:
-            if u < len(times):
-                cells[min(width - 1, int(times[u] / end * width))] = "█"
-        lines.append(f"{''.join(cells)}  {role} (layers {layers[0]}–{layers[-1]}, {len(units)} units)")
+        cells = []
+        for c in range(width):
+            lo, hi = c * end / width, (c + 1) * end / width
+            weight = held = 0.0
+            for u, (a, b) in enumerate(spans):
+                overlap = min(b, hi) - max(a, lo)
+                if overlap > 0:
+                    weight += overlap
+                    held += overlap * sum(shares[i].get(u, 0.0) for i in layers) / len(layers)
+            cells.append(_shade(held / weight if weight else None))
+        kept = set().union(*(shares[i] for i in layers))
+        lines.append(f"{''.join(cells)}  {role} (layers {layers[0]}–{layers[-1]}, {len(kept)} of {len(spans)} units)")
+    lines.append("█ held · ▓▒░ partly held · · forgotten" + (
+        f" · a unit is {session.adapter.frames_per_unit} frames" if session.adapter.frames_per_unit > 1 else ""))
     return "\n".join(lines)
 
 
@@ -166,10 +297,15 @@ class Assistant:
     """The interactive prompt over a running ``Ingestor``."""
 
     def __init__(self, session: Session, frames: Iterable, *, input=None, output=None,
-                 history_file: Path | None = None, write: Callable[[str], None] | None = None) -> None:
+                 history_file: Path | None = None, write: Callable[[str], None] | None = None,
+                 pace: bool = False) -> None:
         self.session = session
         self.write = write or _write_stdout
-        self.ingestor = Ingestor(session, frames, self._notify)
+        self.ingestor = Ingestor(session, frames, self._notify, pace=pace)
+        self._input, self._output, self._history_file = input, output, history_file
+        self.prompt: PromptSession | None = None
+
+    def _make_prompt(self) -> PromptSession:
         bindings = KeyBindings()
 
         @bindings.add("escape", "enter")
@@ -177,15 +313,15 @@ class Assistant:
             event.current_buffer.insert_text("\n")
 
         history = InMemoryHistory()
-        if history_file is not None:
+        if self._history_file is not None:
             try:
-                history_file.parent.mkdir(parents=True, exist_ok=True)
-                history = FileHistory(str(history_file))
+                self._history_file.parent.mkdir(parents=True, exist_ok=True)
+                history = FileHistory(str(self._history_file))
             except OSError:
                 pass
-        self.prompt = PromptSession(
+        return PromptSession(
             history=history, key_bindings=bindings, bottom_toolbar=self._toolbar,
-            refresh_interval=0.25, input=input, output=output,
+            refresh_interval=0.25, input=self._input, output=self._output,
         )
 
     def print(self, text: str) -> None:
@@ -199,6 +335,7 @@ class Assistant:
 
     def run(self) -> None:
         """Prompt until /quit, Ctrl-D or Ctrl-C at an empty prompt; then stop the worker."""
+        self.prompt = self._make_prompt()
         self.ingestor.start()
         self.print(f"hermes · {self.session.adapter.name} · policy {self.session.policy.name} — /help for commands")
         try:
@@ -221,6 +358,7 @@ class Assistant:
 
     def answer(self, question: str) -> None:
         try:
+            self.ingestor.flush_for_question()
             for piece in self.session.ask(question):
                 self.write(piece)
             self.write("\n")
@@ -238,12 +376,18 @@ class Assistant:
         if name == "/help":
             self.print(HELP)
         elif name == "/stats":
-            self.print(stats_text(self.session.stats(), self.ingestor))
+            text = stats_text(self.session.stats(), self.ingestor)
+            waiting = self.ingestor.frames_read - self.session.frames_seen
+            if waiting > 0:
+                text += f"\nwaiting     {waiting} frames read, prefilled with the next chunk (or the next question)"
+            self.print(text)
         elif name == "/memory":
             self.print(memory_timeline(self.session))
         elif name == "/pause":
             self.ingestor.paused.set()
-            self.print("paused: no frames are ingested until /resume")
+            self.print("paused: the stream clock stops until /resume" if self.ingestor.pace else
+                       "paused: no frames are ingested until /resume"
+                       + (" (a live source's frames meanwhile are dropped)" if self.ingestor.live else ""))
         elif name == "/resume":
             self.ingestor.paused.clear()
             self.print("resumed")
@@ -259,16 +403,80 @@ class Assistant:
         return True
 
 
+class LineAssistant(Assistant):
+    """The assistant without a full-screen prompt: when stdin or stdout is not a terminal.
+
+    Each line read is a question (or a /command), answered at the moment it is read from the
+    memory as it is then (a live source's partial chunk flushed first); a question read before
+    anything is in memory waits for the first frames. Answers and command output go to
+    ``write`` (stdout), notices to ``notice`` (stderr); ``emit`` replaces the streamed text of
+    an answer (``--json``). End of input (or /quit) stops the stream and returns.
+    """
+
+    def __init__(self, session: Session, frames: Iterable, *, write: Callable[[str], None] | None = None,
+                 notice: Callable[[str], None] | None = None, prompt: Callable[[], None] | None = None,
+                 emit: Callable[[object], None] | None = None, pace: bool = False) -> None:
+        super().__init__(session, frames, write=write, pace=pace)
+        self.notice = notice or (lambda text: sys.stderr.write(text + "\n"))
+        self.show_prompt = prompt
+        self.emit = emit
+
+    def _notify(self, message: str) -> None:
+        self.notice(f"» {message}")
+
+    def run(self, lines: Iterable[str] | None = None) -> None:  # type: ignore[override]
+        """Answer ``lines`` (default: stdin) until they end."""
+        self.ingestor.start()
+        try:
+            if self.show_prompt:
+                self.show_prompt()
+            for raw in lines if lines is not None else sys.stdin:
+                text = raw.strip()
+                if text.startswith("/"):
+                    if not self.command(text):
+                        break
+                elif text:
+                    self.answer(text)
+                if self.show_prompt:
+                    self.show_prompt()
+        finally:
+            self.ingestor.stop()
+
+    def _wait_for_frames(self, timeout_s: float = 3600.0) -> None:
+        """Until something is in memory (a live source: until a frame arrived), or the stream ended."""
+        ing = self.ingestor
+        deadline = time.monotonic() + timeout_s
+        while not ing.finished.is_set() and time.monotonic() < deadline:
+            if (ing.frames_read if ing.live else self.session.units_seen) > 0:
+                return
+            time.sleep(0.02)
+
+    def answer(self, question: str) -> None:
+        self._wait_for_frames()
+        if self.emit is None:
+            super().answer(question)
+            return
+        from .streaming import AskedAnswer
+
+        self.ingestor.flush_for_question()
+        stream = self.session.ask(question)
+        for _ in stream:
+            pass
+        self.emit(AskedAnswer(stream.answer, stream.answer.stream_time_s, self.session.stats()))
+        self.ingestor.snapshot = self.session.stats()
+
+
 def stats_text(s: SessionStats, ingestor: Ingestor | None = None) -> str:
     """The full readout of ``/stats``."""
     cache, pos, mem = s.cache, s.positions, s.memory
     lines = [
         f"stream      {s.stream_time_s:.1f}s · {s.frames_seen} frames · {s.units_seen} units",
         f"cache       {cache.tokens} tokens/layer ({cache.prefix_tokens} prefix) · "
-        f"budget {cache.budget} · {_mib(cache.kv_bytes)} · {cache.compressions} compressions",
+        f"budget {'none (keeps everything)' if cache.budget is None else f'{cache.budget} tokens/layer'} · "
+        f"{_mib(cache.kv_bytes)} · {cache.compressions} compressions",
         f"positions   next {pos.next} of {pos.limit} · re-index {pos.reindex} ({pos.reindex_count} done)",
         f"memory      RSS {_mib(mem.rss_bytes)} · GPU peak {_mib(mem.gpu_peak_bytes)}",
-        f"last chunk  prefill {s.prefill_ms_last_chunk} ms · compress {s.compress_ms_last_chunk} ms",
+        f"last chunk  prefill {_ms(s.prefill_ms_last_chunk)} · compress {_ms(s.compress_ms_last_chunk)}",
         f"model       {s.model}{' (random weights)' if s.random_weights else ''} · policy {s.policy}",
     ]
     if ingestor is not None and ingestor.error:
@@ -277,8 +485,16 @@ def stats_text(s: SessionStats, ingestor: Ingestor | None = None) -> str:
 
 
 def history_path() -> Path:
-    return Path.home() / ".local" / "state" / "hermes-video" / "history"
+    """The prompt's history file: $XDG_STATE_HOME/hermes-video/history (default ~/.local/state)."""
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "hermes-video" / "history"
 
 
 def run_interactive(session: Session, frames, **kwargs) -> None:
+    """The full-screen prompt (stdin and stdout are terminals)."""
     Assistant(session, frames, history_file=kwargs.pop("history_file", history_path()), **kwargs).run()
+
+
+def run_lines(session: Session, frames, lines: Iterable[str] | None = None, **kwargs) -> None:
+    """Questions line by line, without a full-screen prompt (see ``LineAssistant``)."""
+    LineAssistant(session, frames, **kwargs).run(lines)

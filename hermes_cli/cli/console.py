@@ -25,6 +25,10 @@ class UserError(Exception):
     """A problem the user can fix; printed as one line, exit code 2."""
 
 
+class Interrupted(Exception):
+    """Ctrl-C in a batch command: ``main`` prints the message (how far it got) and exits 130."""
+
+
 def set_debug(on: bool) -> None:
     DEBUG["on"] = on
 

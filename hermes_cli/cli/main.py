@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from .. import __version__
 from .bench import bench
-from .console import DEBUG, UserError, err, out
+from .console import DEBUG, Interrupted, UserError, err, out
 from .eval import evaluate
 from .info import models, policies
 from .watch import chat, watch
@@ -24,7 +24,8 @@ app = typer.Typer(
         "and questions are answered from the cache as it is."
     ),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
@@ -61,6 +62,9 @@ def main() -> None:
             raise
         err.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         sys.exit(2)
+    except Interrupted as exc:
+        err.print(escape(str(exc)), soft_wrap=True)
+        sys.exit(130)
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)
