@@ -121,7 +121,7 @@ class Ingestor:
     def _wait_until_due(self, timestamp: float) -> None:
         """Pacing: wait until the frame's stream time on a clock that stands still while paused."""
         if self._origin is None:
-            self._origin = time.monotonic() - timestamp
+            self._origin = time.monotonic() - timestamp - self._paused_total
             return
         while not self.stopping.is_set():
             self._wait_while_paused()
