@@ -200,8 +200,9 @@ def frames_kept(s: SessionStats, frames_per_unit: int) -> int:
     return min(s.frames_seen, s.units_kept * frames_per_unit)
 
 
-def toolbar_text(ingestor: Ingestor) -> str:
-    """The one-line live readout (most important first: narrow terminals cut the end)."""
+def toolbar_text(ingestor: Ingestor, width: int | None = None) -> str:
+    """The one-line live readout. With ``width``, readouts that do not fit are left out whole,
+    least important first (RSS, KV MiB, speed, lag, chunk latency), never cut in the middle."""
     s = ingestor.snapshot
     session = ingestor.session
     cache, mem = s.cache, s.memory
@@ -213,26 +214,26 @@ def toolbar_text(ingestor: Ingestor) -> str:
     chunk = s.prefill_ms_last_chunk
     answer = session.last_answer
     seen = max(s.frames_seen, ingestor.frames_read)
-    if state in ("live",):
-        speed = ingestor.speed
-        pace = f"{speed:.1f}× real time" if speed is not None else ""
-    else:
-        pace = ""
-    parts = [
-        f"{state} {int(t // 60):02d}:{t % 60:04.1f}",
-        f"frames {seen} seen · {frames_kept(s, session.adapter.frames_per_unit)} kept"
-        + (f" · {dropped} dropped" if dropped else ""),
-        f"cache {cache.stream_tokens}/{budget} tok · {_mib(cache.kv_bytes)}",
+    speed = ingestor.speed if state == "live" else None
+    lag = ingestor.lag_s
+    parts = [  # (priority: lower stays longer, text), in display order
+        (0, f"{state} {int(t // 60):02d}:{t % 60:04.1f}"),
+        (1, f"{seen} frames, {frames_kept(s, session.adapter.frames_per_unit)} kept"
+            + (f", {dropped} dropped" if dropped else "")),
+        (3, f"cache {cache.stream_tokens}/{budget} tok"),
+        (7, f"KV {_mib(cache.kv_bytes)}"),
+        (4, f"chunk {chunk:.0f} ms" if chunk is not None else ""),
+        (5, f"{speed:.1f}× real time" if speed is not None else ""),
+        (5, f"lag {lag:.1f}s" if lag is not None else ""),
+        (2, f"TTFT {answer.ttft_ms:.0f} ms · TPOT {answer.tpot_ms or 0:.0f} ms"
+            if answer is not None and answer.ttft_ms is not None else ""),
+        (8, f"RSS {_mib(mem.rss_bytes)}" + (f" · GPU peak {_mib(mem.gpu_peak_bytes)}" if mem.gpu_peak_bytes else "")),
     ]
-    if answer is not None and answer.ttft_ms is not None:
-        parts.append(f"TTFT {answer.ttft_ms:.0f} ms · TPOT {answer.tpot_ms or 0:.0f} ms")
-    parts += [
-        f"chunk {chunk:.0f} ms" if chunk is not None else "",
-        pace,
-        f"lag {ingestor.lag_s:.1f}s" if ingestor.lag_s is not None else "",
-        f"RSS {_mib(mem.rss_bytes)}" + (f" · GPU peak {_mib(mem.gpu_peak_bytes)}" if mem.gpu_peak_bytes else ""),
-    ]
-    return " │ ".join(p for p in parts if p)
+    parts = [(p, text) for p, text in parts if text]
+    while width is not None and len(parts) > 1 and len(" │ ".join(t for _, t in parts)) > width:
+        worst = max(range(len(parts)), key=lambda i: (parts[i][0], i))
+        parts.pop(worst)
+    return " │ ".join(text for _, text in parts)
 
 
 SHADES = " ░▒▓█"  # by the share of a moment's tokens still held
@@ -331,7 +332,11 @@ class Assistant:
         self.print(f"» {message}")
 
     def _toolbar(self):
-        return HTML("<b>{}</b>").format(toolbar_text(self.ingestor))
+        try:
+            width = self.prompt.app.output.get_size().columns - 1 if self.prompt else None
+        except Exception:  # no size known (a dummy output)
+            width = None
+        return HTML("<b>{}</b>").format(toolbar_text(self.ingestor, width))
 
     def run(self) -> None:
         """Prompt until /quit, Ctrl-D or Ctrl-C at an empty prompt; then stop the worker."""
