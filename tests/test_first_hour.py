@@ -112,6 +112,8 @@ def read_until(fd: int, needle: str, timeout: float) -> str:
                 break
             if not chunk:
                 break
+            for _ in range(chunk.count(b"\x1b[6n")):  # answer cursor position requests, as a terminal does
+                os.write(fd, b"\x1b[5;1R")
             data += chunk
             if needle in ANSI.sub("", data.decode("utf-8", "replace")):
                 break
