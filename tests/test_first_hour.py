@@ -209,7 +209,7 @@ def test_ctrl_c_in_batch_watch_exits_130_with_a_word(video):
         line = proc.stderr.readline()
     time.sleep(2)  # a couple of seconds of the real-time stream
     proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=30)
+    _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 130
     last = stderr.strip().splitlines()[-1]
     assert re.fullmatch(r"interrupted at \d+\.\d+s of the stream \(\d+ frames read\); 0 of 1 questions answered", last)
@@ -379,3 +379,31 @@ def test_models_table_folds_long_names_at_80_columns():
     assert "llava-hf/llava-onevision-qwen2-7b-ov-hf" in result.stdout.replace("│", "").replace(" ", "").replace(
         "\n", "") or "…" not in result.stdout
     assert "…" not in result.stdout
+
+
+def test_a_url_whose_server_cannot_seek_is_explained(tmp_path, video):
+    import http.server
+    import threading
+
+    from hermes_cli.cli.urls import explain_source_error
+    from tests.media import serve_http
+
+    damaged = "clip.mp4: no video frame could be decoded — the file is empty or damaged"
+    handler = type("NoRanges", (http.server.SimpleHTTPRequestHandler,), {
+        "__init__": lambda self, *a, **k: http.server.SimpleHTTPRequestHandler.__init__(
+            self, *a, directory=str(Path(video).parent), **k),
+        "log_message": lambda self, *a: None})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/clip.mp4"
+        message = explain_source_error(url, damaged)
+        assert message.startswith(f"cannot read {url}: the server does not support HTTP range requests")
+    finally:
+        server.shutdown()
+    url, stop = serve_http(video)  # a server that honours ranges: the file's own problem stays
+    try:
+        assert explain_source_error(url, damaged) == damaged
+    finally:
+        stop()
+    assert explain_source_error("/local/clip.mp4", damaged) == damaged

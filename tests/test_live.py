@@ -84,7 +84,7 @@ def test_worker_exception_is_a_message_and_questions_still_work(tiny_llava):
 def test_pause_and_clear(tiny_llava):
     session = Session(tiny_llava, config=SessionConfig(chunk_frames=2, budget=None, max_new_tokens=1))
     session.history.append(("old", "answer"))
-    assistant, text = drive(session, frames(2), ["/pause", "/resume", "/clear", "/nonsense"])
+    _, text = drive(session, frames(2), ["/pause", "/resume", "/clear", "/nonsense"])
     assert "paused" in text and "resumed" in text and "unknown command /nonsense" in text
     assert session.history == []
 

@@ -246,4 +246,6 @@ def open_frames(spec: str, fps: float, **kwargs):
     try:
         return open_source(spec, fps, **kwargs)
     except (SourceError, ValueError) as exc:
-        raise UserError(str(exc)) from exc
+        from .urls import explain_source_error
+
+        raise UserError(explain_source_error(spec, str(exc))) from exc

@@ -99,7 +99,7 @@ def watch(
         questions = [TimedQuestion(line.strip()) for line in sys.stdin if line.strip()]  # at the end of the file
     session = build_session(settings, quiet=json_out)
     run_mode(mode, session, frames, questions, json_out=json_out, pace=realtime and mode != "batch",
-             progress=not no_progress)
+             progress=not no_progress, source=source)
 
 
 def watch_mode(has_questions: bool, stdin_tty: bool, stdout_tty: bool, json_out: bool) -> str:
@@ -110,9 +110,10 @@ def watch_mode(has_questions: bool, stdin_tty: bool, stdout_tty: bool, json_out:
     return "prompt" if stdout_tty and not json_out else "lines"
 
 
-def run_mode(mode: str, session, frames, questions, *, json_out: bool, pace: bool, progress: bool = True) -> None:
+def run_mode(mode: str, session, frames, questions, *, json_out: bool, pace: bool, progress: bool = True,
+             source: str | None = None) -> None:
     if mode == "batch":
-        run_batch(session, frames, questions, json_out, progress=progress)
+        run_batch(session, frames, questions, json_out, progress=progress, source=source)
     elif mode == "prompt":
         from ..app.live import run_interactive
 
@@ -232,7 +233,7 @@ def answer_record(result) -> dict:
     }
 
 
-def run_batch(session, frames, questions, json_out: bool, *, progress: bool = True) -> None:
+def run_batch(session, frames, questions, json_out: bool, *, progress: bool = True, source: str | None = None) -> None:
     """Stream ``frames`` and answer the timed questions, printing each answer as it comes.
 
     On a terminal a progress bar runs on stderr; answers are printed above it (the bar steps
@@ -274,7 +275,9 @@ def run_batch(session, frames, questions, json_out: bool, *, progress: bool = Tr
             task = bar.add_task("stream", total=frames.duration_s, info="")
             run_stream(session, frames, questions, on_answer=on_answer, on_frame=on_frame)
     except (SourceError, PositionLimitError) as exc:
-        raise UserError(str(exc)) from exc
+        from .urls import explain_source_error
+
+        raise UserError(explain_source_error(source, str(exc))) from exc
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted at {read['time']:.1f}s of the stream ({read['frames']} frames read); "
                           f"{read['answers']} of {len(questions)} questions answered") from None
