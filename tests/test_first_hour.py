@@ -407,3 +407,48 @@ def test_a_url_whose_server_cannot_seek_is_explained(tmp_path, video):
     finally:
         stop()
     assert explain_source_error("/local/clip.mp4", damaged) == damaged
+
+
+# -- eval: a default results file, and a summary that counts each question once -------------------------
+@pytest.fixture
+def reuse_tiny(monkeypatch, tiny_qwen):
+    import hermes_cli.models.loading
+
+    real = hermes_cli.models.loading.load_model
+    monkeypatch.setattr(hermes_cli.models.loading, "load_model",
+                        lambda name=None, **kw: tiny_qwen if name == "tiny" else real(name, **kw))
+
+
+def test_eval_without_output_saves_next_to_the_annotations_and_counts_once(tmp_path, reuse_tiny):
+    make_video(tmp_path / "v.mp4", seconds=4, fps=4, size=(96, 64))
+    ann = tmp_path / "ann.json"
+    ann.write_text(json.dumps([
+        {"video_id": "v", "video_path": "v.mp4", "conversations": [
+            {"question": "q?", "choices": ["a", "b"], "answer": "a", "end_time": 2}]},
+        {"video_id": "gone", "video_path": "gone.mp4", "conversations": [
+            {"question": "q2?", "choices": ["a", "b"], "answer": "b", "end_time": 1}]},
+    ]))
+    args = ["eval", str(ann), "--model", "tiny", "--chunk", "2", "--max-new-tokens", "2"]
+    first = runner.invoke(app, [*args, "--json"])
+    assert first.exit_code == 0, first.output
+    summary = json.loads(first.stdout.strip().splitlines()[-1])
+    assert summary["questions"]["answered"] == 1 and summary["questions"]["missing_video"] == 1
+    assert summary["questions"]["pending"] == 0  # the missing-video question is not pending too
+    (results,) = tmp_path.glob("ann.results-*.jsonl")
+    assert len(results.read_text().splitlines()) == 1
+    again = runner.invoke(app, args)
+    assert again.exit_code == 0, again.output
+    assert "0 now, 1 from an earlier run" in again.stdout and f"records: {results}" in again.stdout
+    other = runner.invoke(app, [*args, "--budget", "99", "--json"])  # other settings: another file
+    assert other.exit_code == 0 and len(list(tmp_path.glob("ann.results-*.jsonl"))) == 2
+
+
+def test_eval_summary_counts_unparsed_replies_among_the_scored_only():
+    from hermes_cli.evaluation.runner import summarize
+
+    def record(correct, letter):
+        return {"kind": "multiple_choice", "correct": correct, "parsed_letter": letter, "task": "t",
+                "duration_bucket": "short", "ttft_ms": 1.0, "tpot_ms": 1.0}
+
+    mc = summarize([record(None, None), record(False, None), record(True, "A")], selected=3)["multiple_choice"]
+    assert mc["n"] == 2 and mc["unparsed"] == 1 and mc["unscored"] == 1
