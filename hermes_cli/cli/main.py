@@ -44,7 +44,7 @@ def _root(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only answers and errors (for every command).")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Say more about what is loaded (for every command).")] = False,
 ) -> None:
-    """Defaults come from the config file (see docs/configuration.md); options on the line win."""
+    """Defaults come from the config file (README: Configuration); options on the line win."""
     set_verbosity(quiet, verbose)
     from .config import default_map, load_config
 
