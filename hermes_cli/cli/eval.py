@@ -319,8 +319,9 @@ def _print_summary(summary: dict, report, out) -> None:
              f"{summary['protocol']} · {s.get('fps')} fps")
     q = summary["questions"]
     mc = summary.get("multiple_choice")
+    out.print(f"[bold]{title}[/]", soft_wrap=True)  # a line of its own: a table title would wrap at the table's width
     if mc:
-        table = Table(title=title)
+        table = Table()
         for col in ("group", "questions", "correct", "accuracy %"):
             table.add_column(col, justify="left" if col == "group" else "right")
         table.add_row("[bold]overall[/]", str(mc["n"]), str(mc["correct"]), f"[bold]{_fmt(mc['accuracy'])}[/]")
@@ -335,7 +336,7 @@ def _print_summary(summary: dict, report, out) -> None:
             out.print(f"{mc['unscored']} replies not scored (their questions have no answer key)")
     oe = summary.get("open_ended")
     if oe:
-        table = Table(title=title if not mc else None)
+        table = Table()
         for col in ("open-ended", "answers", "score"):
             table.add_column(col, justify="left" if col == "open-ended" else "right")
         lm = oe["lenient_match"]
