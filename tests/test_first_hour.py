@@ -452,3 +452,28 @@ def test_eval_summary_counts_unparsed_replies_among_the_scored_only():
 
     mc = summarize([record(None, None), record(False, None), record(True, "A")], selected=3)["multiple_choice"]
     assert mc["n"] == 2 and mc["unparsed"] == 1 and mc["unscored"] == 1
+
+
+@pytest.mark.slow
+def test_batch_answers_print_above_the_progress_bar_on_a_terminal(video):
+    """stdout and stderr on one terminal: every answer starts its own line (the bar steps aside)."""
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execve(sys.executable, [sys.executable, "-m", "hermes_cli", "watch", video, "--model", "tiny", "--chunk", "4",
+                                   "--max-new-tokens", "2", "--realtime", "--ask-at", "2s=first?",
+                                   "--ask-at", "5s=second?"],
+                  env(HF_HUB_OFFLINE="1", COLUMNS="100", TERM="xterm"))
+    try:
+        screen = read_until(fd, "\x00", 90)  # until the program ends
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0
+    lines = re.split(r"[\r\n]+", ANSI.sub("", screen))
+    questions = [line for line in lines if "Q (" in line]
+    assert [line.split(": ", 1)[1] for line in questions] == ["first?", "second?"]
+    assert all(line.startswith("Q (") for line in questions), questions  # not glued to the bar
+    assert any("streaming" in line for line in lines)  # the bar was there
+    assert questions[0].startswith("Q (2.0s, 3 frames)") and questions[1].startswith("Q (5.0s, 6 frames)")
+    # the bar counts the frames read, as the answer headers do
+    assert any(re.search(r"\b5\.0s · 6 frames\b", line) for line in lines)

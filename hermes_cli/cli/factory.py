@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import defaults
-from .console import UserError, info, note, status, verbose
+from .console import UserError, err, info, note, quiet, status, verbose
 
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
@@ -168,7 +168,7 @@ def load_adapter(settings: ModelSettings, *, quiet: bool = False):
     from ..models.registry import ModelLoadError
 
     try:
-        with status(f"loading {name}…"):
+        with _loading(name):
             adapter = load_model(name, device=settings.device, dtype=settings.dtype, max_pixels=settings.max_pixels)
     except ModelLoadError as exc:
         raise UserError(str(exc)) from exc
@@ -176,6 +176,23 @@ def load_adapter(settings: ModelSettings, *, quiet: bool = False):
     if adapter.random_weights and not quiet:
         note(f"{adapter.name} has random weights: answers are noise (for smoke runs and benchmarks)")
     return adapter
+
+
+def _loading(name: str):
+    """A spinner while a model loads; before a first download, a plain line instead, so that the
+    hub's own download bars show (a spinner would swallow them)."""
+    import contextlib
+
+    from ..models.registry import TINY_NAMES, hub_offline, in_hub_cache
+
+    if name in TINY_NAMES or Path(name).expanduser().is_dir() or hub_offline() or in_hub_cache(name):
+        return status(f"loading {name}…")
+    if not quiet():
+        from huggingface_hub import constants
+
+        err.print(f"downloading {name} into {constants.HF_HUB_CACHE} (first use only; `hermes models` lists "
+                  "what is cached)", soft_wrap=True, highlight=False)
+    return contextlib.nullcontext()
 
 
 def prepare_model(settings: ModelSettings) -> None:
