@@ -477,3 +477,19 @@ def test_batch_answers_print_above_the_progress_bar_on_a_terminal(video):
     assert questions[0].startswith("Q (2.0s, 3 frames)") and questions[1].startswith("Q (5.0s, 6 frames)")
     # the bar counts the frames read, as the answer headers do
     assert any(re.search(r"\b5\.0s · 6 frames\b", line) for line in lines)
+
+
+@pytest.mark.slow
+def test_chat_json_answers_a_piped_question_from_the_frames_seen_so_far():
+    """A live stream with stdin piped: the question waits for the first frames, flushes the partial
+    chunk (16 frames would take 16 s to fill) and is answered; end of input ends the session."""
+    from tests.media import serve_mpegts_tcp
+
+    url, thread = serve_mpegts_tcp(seconds=6, fps=10, size=(96, 64), speed=1.0)
+    result = runner.invoke(app, ["chat", url, "--model", "tiny-llava-onevision", "--max-new-tokens", "2", "--json"],
+                           input="What is live?\n")
+    thread.join(30)
+    assert result.exit_code == 0, result.output
+    (record,) = json_lines(result.stdout)
+    assert record["question"] == "What is live?" and not record["no_frames"]
+    assert 1 <= record["frames_seen"] < 16 and record["asked_at_s"] == record["stream_time_s"]
