@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
@@ -83,7 +84,7 @@ def test_worker_exception_is_a_message_and_questions_still_work(tiny_llava):
 def test_pause_and_clear(tiny_llava):
     session = Session(tiny_llava, config=SessionConfig(chunk_frames=2, budget=None, max_new_tokens=1))
     session.history.append(("old", "answer"))
-    assistant, text = drive(session, frames(2), ["/pause", "/resume", "/clear", "/nonsense"])
+    _, text = drive(session, frames(2), ["/pause", "/resume", "/clear", "/nonsense"])
     assert "paused" in text and "resumed" in text and "unknown command /nonsense" in text
     assert session.history == []
 
@@ -91,9 +92,47 @@ def test_pause_and_clear(tiny_llava):
 def test_memory_timeline_marks_what_is_held(tiny_qwen):
     session = Session(tiny_qwen, make_policy("fifo"), SessionConfig(chunk_frames=2, budget=24))
     session.ingest(moving_square_frames(20), [float(i) for i in range(20)])
-    timeline = memory_timeline(session, width=10)
-    rows = timeline.splitlines()[1:]
-    assert rows and all(row.startswith("·") and "█" in row for row in rows)  # the start is forgotten
+    rows = memory_timeline(session, width=20).splitlines()
+    assert rows[0] == "0s " + "─" * 18 + " 20s"
+    # 10 Qwen units of 2 frames (2 s each, 2 cells each): fifo keeps the newest 2 units whole
+    assert rows[1] == "·" * 16 + "█" * 4 + "  all (layers 0–9, 2 of 10 units)"
+    assert rows[-1].startswith("█ held") and "a unit is 2 frames" in rows[-1]
+
+
+def test_memory_timeline_with_nothing_evicted_is_solid(tiny_qwen):
+    """Every cell a 2-frame unit covers is marked: `full` shows no gap (it used to mark one cell per unit)."""
+    session = Session(tiny_qwen, make_policy("full"), SessionConfig(chunk_frames=4, budget=None))
+    session.ingest(moving_square_frames(12), [float(i) for i in range(12)])
+    for width in (12, 48, 50):
+        row = memory_timeline(session, width=width).splitlines()[1]
+        assert row.startswith("█" * width + "  all")
+
+
+class FakeMeta:
+    def __init__(self, units: list[int]):
+        import torch
+
+        from hermes_cli.engine.cache import KIND_VIDEO
+
+        self.frame = torch.tensor(units)
+        self.kind = torch.full((len(units),), KIND_VIDEO)
+
+
+def test_memory_timeline_shades_partly_held_units():
+    """4 tokens per unit; layer 0 holds all of unit 0 and half of unit 1, layer 1 all of unit 0 only."""
+    from types import SimpleNamespace
+
+    metas = [FakeMeta([0, 0, 0, 0, 1, 1]), FakeMeta([0, 0, 0, 0])]
+    session = SimpleNamespace(
+        units_seen=3, unit_times=[0.0, 2.0, 4.0], tokens_per_unit=4,
+        adapter=SimpleNamespace(frames_per_unit=2), config=SimpleNamespace(fps=1.0),
+        cache=SimpleNamespace(num_layers=2, meta=lambda layer: metas[layer]),
+        policy=SimpleNamespace(layer_groups=lambda n: {"shallow": [0], "deep": [1], "all": [0, 1]}),
+    )
+    rows = memory_timeline(session, width=6).splitlines()
+    assert rows[1] == "██▒▒··  shallow (layers 0–0, 2 of 3 units)"  # half of unit 1
+    assert rows[2] == "██····  deep (layers 1–1, 1 of 3 units)"
+    assert rows[3] == "██░░··  all (layers 0–1, 2 of 3 units)"  # a quarter of unit 1 over both layers
 
 
 def test_webcam_without_camera_is_one_line():
@@ -115,3 +154,115 @@ def test_toolbar_shows_the_lag_of_a_live_source(tiny_llava):
     ingestor = Ingestor(session, LiveFrames(), lambda message: None)
     ingestor.started -= 10  # the source started 10 s ago; 1 s of it is in memory
     assert 8.5 < ingestor.lag_s < 10 and "lag 9." in toolbar_text(ingestor)
+
+
+class FakeSession:
+    """What an Ingestor needs of a session, recording when each frame was ingested."""
+
+    def __init__(self):
+        import threading
+        from types import SimpleNamespace
+
+        self.lock = threading.RLock()
+        self.warnings: list[str] = []
+        self.times: list[float] = []
+        self.frames_seen = 0
+        self.pending_frames = 0
+        self._stats = SimpleNamespace
+
+    def ingest(self, images, timestamps):
+        self.times.append(time.monotonic())
+        self.frames_seen += 1
+        return []
+
+    def flush(self):
+        return None
+
+    def stats(self):
+        return self._stats(frames_seen=self.frames_seen, stream_time_s=0.0)
+
+
+def test_speed_is_a_rate_over_a_recent_window_and_states_say_done_or_paused():
+    from hermes_cli.app.live import RATE_WINDOW_S, Ingestor
+
+    ingestor = Ingestor(FakeSession(), [], lambda message: None)
+    now = time.monotonic()
+    # long ago the stream crawled (1 stream second per 10 wall seconds); recently it runs at 4×
+    ingestor._rate.extend([(now - 100, 0.0), (now - 90, 1.0)])
+    ingestor._rate.extend((now - 4 + i, 1.0 + 4 * (i + 1)) for i in range(4))
+    # 12 stream seconds (5 → 17) in the 4 wall seconds from the oldest sample in the window to now
+    assert ingestor.speed == pytest.approx(12 / 4, rel=0.05)
+    assert all(now - t <= RATE_WINDOW_S for t, _ in ingestor._rate)
+    assert ingestor.state == "live"
+    ingestor.worker.paused.set()  # what the worker publishes once a pause is served
+    assert ingestor.state == "paused"
+    ingestor.finished.set()
+    assert ingestor.state == "done"
+
+
+def test_pause_stops_the_realtime_clock():
+    """--realtime in the prompt: a pause shifts every later frame; /resume does not ingest a backlog."""
+    from hermes_cli.app.live import Ingestor
+
+    session = FakeSession()
+    source = [Frame(np.zeros((4, 4, 3), np.uint8), t) for t in (0.0, 0.4, 0.8)]
+    ingestor = Ingestor(session, source, lambda message: None, pace=True).start()
+    deadline = time.monotonic() + 10
+    while not session.times and time.monotonic() < deadline:
+        time.sleep(0.005)
+    ingestor.pause()
+    time.sleep(0.6)
+    ingestor.resume()
+    assert ingestor.finished.wait(10)
+    start = session.times[0]
+    assert session.times[1] - start >= 0.4 + 0.45  # not at 0.6 s, right after the pause: it was shifted
+    assert session.times[2] - start >= 0.8 + 0.45
+
+
+def test_ctrl_c_at_an_empty_prompt_does_not_say_end_of_stream(tiny_llava):
+    import threading
+
+    release = threading.Event()
+
+    class Live:
+        is_live = True
+
+        def __iter__(self):
+            images = moving_square_frames(3)
+            for i in range(3):
+                yield Frame(images[i], float(i))
+            release.wait(30)  # a live stream that has not ended
+
+        def close(self):
+            release.set()
+
+    session = Session(tiny_llava, config=SessionConfig(chunk_frames=8, budget=None, max_new_tokens=2))
+    written: list[str] = []
+    with create_pipe_input() as pipe:
+        assistant = Assistant(session, Live(), input=pipe, output=DummyOutput(), write=written.append)
+        assistant.ingestor.start()
+        deadline = time.monotonic() + 30
+        while assistant.ingestor.frames_read < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert session.frames_seen == 0  # all 3 frames wait in a partial chunk of 8
+        assert "3 frames, 0 kept" in toolbar_text(assistant.ingestor)  # counted as they arrive
+        pipe.send_text("what now?\r")
+        pipe.send_text("\x03")  # Ctrl-C at the empty prompt
+        assistant.run()
+    text = "".join(written)
+    assert "end of stream" not in text
+    # the question flushed the partial chunk: answered from the 3 frames seen, not "no frames yet"
+    assert session.last_answer.frames_seen == 3 and not session.last_answer.no_frames
+
+
+def test_stats_text_names_no_internals(tiny_llava):
+    from hermes_cli.app.live import stats_text
+
+    session = Session(tiny_llava, config=SessionConfig(chunk_frames=2, budget=None))
+    session.ingest(moving_square_frames(2), [0.0, 1.0])
+    text = stats_text(session.stats())
+    assert "budget none (keeps everything)" in text and "None" not in text
+    line = next(l for l in text.splitlines() if l.startswith("last chunk"))
+    import re
+
+    assert re.fullmatch(r"last chunk  prefill \d+(\.\d)? ms · compress \d+(\.\d)? ms", line), line

@@ -14,9 +14,28 @@ from typing import Annotated
 import typer
 
 from .. import defaults
-from .console import UserError, err, out, set_debug
-from .factory import AnswerSettings, MemorySettings, ModelSettings, SessionSettings, build_session, new_session
-from .options import DebugOpt, DeviceOpt, DtypeOpt, MaxPixelsOpt, ModelOpt, PolicyOpt, PolicyOptsOpt
+from .console import Interrupted, UserError, err, out, quiet, set_debug, set_verbosity, warn
+from .factory import (
+    AnswerSettings,
+    MemorySettings,
+    ModelSettings,
+    SessionSettings,
+    build_session,
+    new_session,
+    prepare_model,
+)
+from .options import (
+    DebugOpt,
+    DeviceOpt,
+    DtypeOpt,
+    MaxPixelsOpt,
+    ModelOpt,
+    NoProgressOpt,
+    PolicyOpt,
+    PolicyOptsOpt,
+    QuietOpt,
+    VerboseOpt,
+)
 
 TasksOpt = Annotated[
     list[str] | None,
@@ -37,7 +56,7 @@ def evaluate(
     offline: Annotated[bool | None, typer.Option("--offline/--streaming", help="Protocol. Default: streaming when the questions carry end times, else offline.", show_default=False)] = None,
     tasks: TasksOpt = None,
     limit: Annotated[int | None, typer.Option("--limit", "-n", help="Only the first N questions (after --tasks).")] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Results JSONL, one record per question. Rerunning with the same file resumes: finished questions are skipped.")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Results JSONL, one record per question. Rerunning with the same file resumes: finished questions are skipped. Default: ANNOTATIONS.results-SETTINGS.jsonl next to the annotations (one file per model, policy and settings).")] = None,
     summary_path: Annotated[Path | None, typer.Option("--summary", help="Summary JSON (default: next to --output, as NAME.summary.json).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only validate the annotations and count questions per task and missing videos.")] = False,
     max_new_tokens: Annotated[int | None, typer.Option("--max-new-tokens", help="Longest answer (default: 16 for multiple choice, 128 open-ended).")] = None,
@@ -50,6 +69,9 @@ def evaluate(
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
+    no_progress: NoProgressOpt = False,
+    quiet_: QuietOpt = False,
+    verbose_: VerboseOpt = False,
     debug: DebugOpt = False,
 ) -> None:
     """Measure accuracy on a streaming or offline video benchmark, with any model, policy and budget.
@@ -90,8 +112,10 @@ def evaluate(
     )
 
     set_debug(debug)
-    SessionSettings(memory=MemorySettings(policy, budget, tuple(policy_opt or ()), fps, chunk,
-                                          reindex or defaults.REINDEX)).check()
+    set_verbosity(quiet_, verbose_)
+    model_settings = ModelSettings(model, device, dtype, max_pixels)
+    SessionSettings(model_settings, MemorySettings(policy, budget, tuple(policy_opt or ()), fps, chunk,
+                                                   reindex or defaults.REINDEX)).check()
     for name, value, ok in (("--limit", limit, limit is None or limit >= 1), ("--npy-fps", npy_fps, npy_fps > 0),
                             ("--max-new-tokens", max_new_tokens, max_new_tokens is None or max_new_tokens >= 1)):
         if not ok:
@@ -120,15 +144,21 @@ def evaluate(
         _print_dry_run(aset, questions, plan_jobs(aset, questions, finder), protocol, json_out, out)
         return
 
-    model_name = ModelSettings(model).name()
+    prepare_model(model_settings)  # a dead hub or a bad model folder fails now, not after the first video
+    model_name = model_settings.name()
     settings = EvalSettings(
         model=model_name, policy=policy, budget=budget, policy_opts=list(policy_opt or []), fps=fps, chunk=chunk,
         reindex=reindex or default_reindex(protocol), protocol=protocol, history=history,
         max_new_tokens=max_new_tokens, npy_fps=npy_fps, max_pixels=max_pixels,
     )
     factory = _session_factory(settings, device, dtype, quiet=json_out)
+    if output is None:
+        output = default_output(annotations, settings)
     if output is not None:
-        output.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            output.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"cannot create the folder for --output {output}: {exc.strerror}") from exc
 
     from rich.progress import (
         BarColumn,
@@ -142,7 +172,7 @@ def evaluate(
     progress = Progress(
         TextColumn("[bold]eval[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
         TimeRemainingColumn(), TextColumn("{task.fields[info]}"),
-        console=err, disable=json_out or not err.is_terminal, transient=True,
+        console=err, disable=json_out or no_progress or quiet() or not err.is_terminal, transient=True,
     )
     try:
         with progress:
@@ -171,13 +201,19 @@ def evaluate(
                     err.print(f"judged {judged} open-ended answers with {judge_model}")
     except EvalError as exc:
         raise UserError(str(exc)) from exc
+    except KeyboardInterrupt:
+        from ..evaluation.runner import read_results
+
+        saved = len(read_results(output)) if output is not None and output.exists() else 0
+        raise Interrupted(f"interrupted: {saved} results saved in {output} — rerun the same command to resume"
+                          if output is not None else "interrupted: no results saved (no --output)") from None
 
     summary = summarize(records, selected=len(questions))
     summary["annotations"] = str(annotations)
     summary["protocol"] = protocol
     summary["questions"].update(
         missing_video=report.missing_questions, failed=report.failed_questions,
-        pending=len(questions) - len(records),
+        pending=max(0, len(questions) - len(records) - report.missing_questions - report.failed_questions),
     )
     summary["videos"] = {"missing": len(report.missing_videos), "failed": report.failed_videos}
     summary["annotation_problems"] = len(aset.problems)
@@ -200,6 +236,20 @@ def evaluate(
     _print_summary(summary, report, out)
     if output is not None:
         out.print(f"records: {output}" + (f" · summary: {summary_path}" if summary_path else ""))
+
+
+def default_output(annotations: Path, settings) -> Path | None:
+    """Results next to the annotations, one file per settings (so rerunning resumes, and other
+    settings never mix); None, with a warning, when that folder cannot be written."""
+    import hashlib
+
+    key = hashlib.sha1(json.dumps(settings.fingerprint(), sort_keys=True, default=str).encode()).hexdigest()[:8]
+    folder = annotations.resolve().parent
+    path = folder / f"{annotations.stem}.results-{key}.jsonl"
+    if not os.access(folder, os.W_OK):
+        warn(f"results are not saved: {folder} is not writable — pass --output FILE")
+        return None
+    return path
 
 
 def _session_factory(settings, device, dtype, *, quiet: bool):
@@ -269,8 +319,9 @@ def _print_summary(summary: dict, report, out) -> None:
              f"{summary['protocol']} · {s.get('fps')} fps")
     q = summary["questions"]
     mc = summary.get("multiple_choice")
+    out.print(f"[bold]{title}[/]", soft_wrap=True)  # a line of its own: a table title would wrap at the table's width
     if mc:
-        table = Table(title=title)
+        table = Table()
         for col in ("group", "questions", "correct", "accuracy %"):
             table.add_column(col, justify="left" if col == "group" else "right")
         table.add_row("[bold]overall[/]", str(mc["n"]), str(mc["correct"]), f"[bold]{_fmt(mc['accuracy'])}[/]")
@@ -280,10 +331,12 @@ def _print_summary(summary: dict, report, out) -> None:
             table.add_row(f"duration: {bucket}", str(row["n"]), str(row["correct"]), _fmt(row["accuracy"]))
         out.print(table)
         if mc["unparsed"]:
-            out.print(f"{mc['unparsed']} replies named no option (counted wrong)")
+            out.print(f"{mc['unparsed']} of {mc['n']} scored replies named no option (counted wrong)")
+        if mc.get("unscored"):
+            out.print(f"{mc['unscored']} replies not scored (their questions have no answer key)")
     oe = summary.get("open_ended")
     if oe:
-        table = Table(title=title if not mc else None)
+        table = Table()
         for col in ("open-ended", "answers", "score"):
             table.add_column(col, justify="left" if col == "open-ended" else "right")
         lm = oe["lenient_match"]

@@ -6,10 +6,15 @@ in well under a second with one line that names the option.
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .. import defaults
-from .console import UserError, note
+from .console import UserError, err, info, note, quiet, status, verbose
+
+_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,20 @@ class ModelSettings:
             raise UserError(f"--dtype must be one of auto, fp32, bf16, fp16; got {self.dtype!r}")
         if self.max_pixels is not None and self.max_pixels < 28 * 28:
             raise UserError(f"--max-pixels must be at least {28 * 28} (one 28×28 patch), got {self.max_pixels}")
+        if self.device is not None and not _DEVICE.match(self.device):
+            raise UserError(f"--device must be cpu, cuda, cuda:N, mps or auto; got {self.device!r}")
+
+    def light_name(self) -> str:
+        """The model ``name()`` will load, told without importing torch (for checks before loading)."""
+        if self.model:
+            return self.model
+        from ..models.registry import model_from_env
+
+        if env := model_from_env():
+            return env
+        from .machine import default_model
+
+        return default_model()[0]
 
     def name(self) -> str:
         """The model to load: the one given, else HERMES_MODEL, else this machine's default."""
@@ -101,10 +120,28 @@ class SessionSettings:
             raise UserError(str(exc)) from exc
 
     def check(self) -> None:
-        """Every option that can be checked without loading anything."""
+        """Every option that can be checked without loading anything; messages name the option."""
         self.model.check()
+        m = self.memory
+        if m.budget < 1:
+            raise UserError(f"--budget must be a positive number of tokens, got {m.budget}")
+        if m.chunk < 1:
+            raise UserError(f"--chunk must be at least 1 frame, got {m.chunk}")
+        if m.fps <= 0:
+            raise UserError(f"--fps must be a positive number of frames per second, got {m.fps:g}")
+        if self.answers.max_new_tokens < 1:
+            raise UserError(f"--max-new-tokens must be at least 1, got {self.answers.max_new_tokens}")
+        from .machine import family_of, frames_per_unit
+
+        name = self.model.light_name()
+        per = frames_per_unit(family_of(name))
+        if m.chunk % per:
+            raise UserError(f"--chunk must be a multiple of {per} for {name} (Qwen-VL encodes frames in pairs), "
+                            f"got {m.chunk} — try --chunk {m.chunk + per - m.chunk % per}")
         self.config()
-        self.memory.make_policy()
+        from .catalog import check_policy
+
+        check_policy(m.policy, m.policy_opts)
 
 
 def check_model(name: str) -> None:
@@ -118,19 +155,87 @@ def check_model(name: str) -> None:
 
 
 def load_adapter(settings: ModelSettings, *, quiet: bool = False):
-    """The model behind its adapter, or a one-line ``UserError``."""
+    """The model behind its adapter, or a one-line ``UserError``.
+
+    Before anything is downloaded: a folder that is not a model, a GPU that is not there, and an
+    unreachable hub (one quick probe) each fail with one line that names the cause.
+    """
+    prepare_model(settings)
     name = settings.name()
     check_model(name)
+    _check_device(settings.device)
     from ..models.loading import load_model
     from ..models.registry import ModelLoadError
 
     try:
-        adapter = load_model(name, device=settings.device, dtype=settings.dtype, max_pixels=settings.max_pixels)
+        with _loading(name):
+            adapter = load_model(name, device=settings.device, dtype=settings.dtype, max_pixels=settings.max_pixels)
     except ModelLoadError as exc:
         raise UserError(str(exc)) from exc
+    info(f"loaded {adapter.name} on {adapter.device}")
     if adapter.random_weights and not quiet:
         note(f"{adapter.name} has random weights: answers are noise (for smoke runs and benchmarks)")
     return adapter
+
+
+def _loading(name: str):
+    """A spinner while a model loads; before a first download, a plain line instead, so that the
+    hub's own download bars show (a spinner would swallow them)."""
+    import contextlib
+
+    from ..models.registry import TINY_NAMES, hub_offline, in_hub_cache
+
+    if name in TINY_NAMES or Path(name).expanduser().is_dir() or hub_offline() or in_hub_cache(name):
+        return status(f"loading {name}…")
+    if not quiet():
+        from huggingface_hub import constants
+
+        err.print(f"downloading {name} into {constants.HF_HUB_CACHE} (first use only; `hermes models` lists "
+                  "what is cached)", soft_wrap=True, highlight=False)
+    return contextlib.nullcontext()
+
+
+def prepare_model(settings: ModelSettings) -> None:
+    """Everything about the model that can fail before torch is imported: the name, a folder that
+    is not a model, and an unreachable hub (one quick probe) for a model that is not cached."""
+    from .hub import probe_hub, quiet_hub_logs, unreachable_message
+    from .machine import not_a_model_dir
+
+    name = settings.light_name()
+    check_model(name)
+    if why := not_a_model_dir(name):
+        raise UserError(why)
+    quiet_hub_logs(verbose())
+    from ..models.registry import TINY_NAMES, hub_offline, in_hub_cache
+
+    if name in TINY_NAMES or Path(name).expanduser().is_dir() or hub_offline():
+        return
+    why = probe_hub()
+    if why is None:
+        return
+    if not in_hub_cache(name):
+        raise UserError(unreachable_message(name, why))
+    os.environ["HF_HUB_OFFLINE"] = "1"  # the cached copy, without retries against a dead hub
+    info(f"the model hub is unreachable ({why}): using the cached copy of {name}")
+
+
+def _check_device(device: str | None) -> None:
+    """``--device cuda`` (or mps) on a machine that cannot use it: one line with the cause."""
+    if device is None or device in ("auto", "cpu"):
+        return
+    import torch
+
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            cause = ("this PyTorch build has no CUDA support (a CPU-only install)" if torch.version.cuda is None
+                     else "no NVIDIA GPU or driver is visible")
+            raise UserError(f"--device {device}: {cause} — drop --device (the CPU is used) or pass --device cpu")
+        index = int(device.split(":")[1]) if ":" in device else 0
+        if index >= torch.cuda.device_count():
+            raise UserError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA GPU(s) "
+                            f"(cuda:0 … cuda:{torch.cuda.device_count() - 1})")
+    if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise UserError("--device mps: Apple's Metal backend is not available here — drop --device or pass --device cpu")
 
 
 def new_session(adapter, settings: SessionSettings):
@@ -146,7 +251,8 @@ def new_session(adapter, settings: SessionSettings):
 def build_session(settings: SessionSettings, *, quiet: bool = False):
     """Check the settings, load the model and open a session."""
     settings.check()
-    check_model(settings.model.name())
+    prepare_model(settings.model)  # before torch is imported: a dead hub fails in seconds
+    settings.memory.make_policy()  # value ranges, before the model is loaded
     return new_session(load_adapter(settings.model, quiet=quiet), settings)
 
 
@@ -160,7 +266,9 @@ def open_frames(spec: str, fps: float, reconnect: str | None = None, **kwargs):
         reconnect_s = None if reconnect is None else parse_time(reconnect)
         source = open_source(spec, fps, reconnect_s=reconnect_s, **kwargs)
     except (SourceError, ValueError) as exc:
-        raise UserError(str(exc)) from exc
+        from .urls import explain_source_error
+
+        raise UserError(explain_source_error(spec, str(exc))) from exc
     if source.rate_note:
         note(source.rate_note)
     return source

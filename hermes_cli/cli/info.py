@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+from typing import Annotated
+
+import typer
 
 from .console import out
-from .options import JsonOpt
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the list as one JSON document (for scripts).")]
 
 
 def models(json_out: JsonOpt = False) -> None:
     """List the supported model families, the default on this machine, and local weights."""
-    from ..models.loading import default_model, locally_present
     from ..models.registry import BUILTIN, FAMILIES
+    from .machine import default_model, locally_present
 
     name, why = default_model()
     rows: list[dict] = [
@@ -25,7 +29,7 @@ def models(json_out: JsonOpt = False) -> None:
 
     table = Table(title="supported models")
     for col in ("family", "model", "weights here"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")  # narrow terminals wrap names instead of cutting them
     for r in rows:
         table.add_row(r["family"], r["model"], "[green]yes[/]" if r["present"] else "no")
     for builtin_name, family in BUILTIN.items():
@@ -37,19 +41,10 @@ def models(json_out: JsonOpt = False) -> None:
 
 def policies(json_out: JsonOpt = False) -> None:
     """List the memory policies, what each keeps, and their parameters."""
-    from policies import POLICIES
+    from .catalog import load
 
-    data: list[dict] = [
-        {
-            "name": name,
-            "keeps": cls.description,
-            "parameters": [
-                {"name": f.name, "default": f.default, "help": f.metadata.get("help", "")}
-                for f in cls.parameters()
-            ],
-        }
-        for name, cls in POLICIES.items()
-    ]
+    data = [{**p, "parameters": [{k: v for k, v in prm.items() if k != "type"} for prm in p["parameters"]]}
+            for p in load()]
     if json_out:
         print(json.dumps(data))
         return

@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from .. import __version__
 from .bench import bench
-from .console import DEBUG, UserError, err, out
+from .console import DEBUG, Interrupted, UserError, err, out, set_verbosity
 from .eval import evaluate
 from .info import models, policies
 from .watch import chat, watch
@@ -24,7 +24,8 @@ app = typer.Typer(
         "and questions are answered from the cache as it is."
     ),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
@@ -38,17 +39,35 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only answers and errors (for every command).")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Say more about what is loaded (for every command).")] = False,
 ) -> None:
-    pass
+    """Defaults come from the config file (README: Configuration); options on the line win."""
+    set_verbosity(quiet, verbose)
+    from .config import default_map, load_config
+
+    ctx.default_map = {**default_map(load_config()), **(ctx.default_map or {})}
 
 
-app.command("watch")(watch)
-app.command("chat")(chat)
-app.command("models")(models)
-app.command("policies")(policies)
-app.command("bench")(bench)
-app.command("eval")(evaluate)
+class _Command(typer.core.TyperCommand):
+    """Usage lines as people write them: ``SOURCE`` when required, ``[SOURCE]`` when optional."""
+
+    def collect_usage_pieces(self, ctx):
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if param.param_type_name == "argument":
+                name = (param.metavar or param.name or "").upper()
+                pieces.append(name if param.required else f"[{name}]")
+            else:
+                pieces.extend(param.get_usage_pieces(ctx))
+        return pieces
+
+
+for _name, _function in (("watch", watch), ("chat", chat), ("models", models), ("policies", policies),
+                         ("bench", bench), ("eval", evaluate)):
+    app.command(_name, cls=_Command)(_function)
 
 
 def main() -> None:
@@ -61,6 +80,9 @@ def main() -> None:
             raise
         err.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         sys.exit(2)
+    except Interrupted as exc:
+        err.print(escape(str(exc)), soft_wrap=True)
+        sys.exit(130)
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)

@@ -48,3 +48,8 @@ MaxPixelsOpt = Annotated[
     typer.Option("--max-pixels", metavar="PIXELS", help="Qwen-VL: cap each frame's area (fewer tokens per frame), "
                  "e.g. 200704 (448×448). Default: the model's own setting. LLaVA-OneVision ignores it."),
 ]
+NoProgressOpt = Annotated[bool, typer.Option("--no-progress", help="No progress bar (it is shown on a terminal only).")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Only answers and errors: no notes, warnings or progress.")]
+VerboseOpt = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Also say what is loaded and from where, with the libraries' own messages."),
+]

@@ -7,9 +7,10 @@ import sys
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from .. import defaults
-from .console import UserError, err, out, set_debug, warn
+from .console import Interrupted, UserError, err, out, quiet, set_debug, set_verbosity, warn
 from .factory import AnswerSettings, MemorySettings, ModelSettings, SessionSettings, build_session, open_frames
 from .options import (
     BudgetOpt,
@@ -22,17 +23,20 @@ from .options import (
     MaxNewTokensOpt,
     MaxPixelsOpt,
     ModelOpt,
+    NoProgressOpt,
     PolicyOpt,
     PolicyOptsOpt,
     PseudoQueryOpt,
+    QuietOpt,
     ReconnectOpt,
     ReindexOpt,
     SystemOpt,
+    VerboseOpt,
 )
 
 
 def watch(
-    source: Annotated[str, typer.Argument(metavar="SOURCE", help="Video file or URL (http/https/HLS, rtsp, rtmp, tcp, udp).")],
+    source: Annotated[str, typer.Argument(help="Video file or URL (http/https/HLS, rtsp, rtmp, tcp, udp).")],
     ask: Annotated[list[str] | None, typer.Option("--ask", "-a", metavar="QUESTION", help="Question answered at the end of the stream (repeatable).")] = None,
     ask_at: Annotated[list[str] | None, typer.Option("--ask-at", metavar="TIME=QUESTION", help="TIME=QUESTION: ask when the stream reaches TIME (30s, 1:05).")] = None,
     model: ModelOpt = None,
@@ -52,12 +56,17 @@ def watch(
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     json_out: JsonOpt = False,
+    no_progress: NoProgressOpt = False,
+    quiet_: QuietOpt = False,
+    verbose_: VerboseOpt = False,
     debug: DebugOpt = False,
 ) -> None:
     """Stream a video through the model and answer questions from its memory.
 
-    With --ask / --ask-at it answers and exits; otherwise it opens an interactive prompt while
-    the video streams in the background.
+    With --ask / --ask-at it answers and exits. Otherwise questions come from stdin: on a
+    terminal, an interactive prompt while the video streams in the background; piped in, one
+    question per line (answered at the end of a file, or when read on a live stream or with
+    --realtime). With stdout piped, the prompt is plain lines (no full-screen prompt).
 
     \b
     Examples:
@@ -66,6 +75,7 @@ def watch(
       hermes watch match.mp4 --policy infinipot --budget 4000 --ask-at 1:05="Who scored?"
     """
     set_debug(debug)
+    set_verbosity(quiet_, verbose_)
     from ..app.streaming import TimedQuestion
 
     try:
@@ -78,18 +88,80 @@ def watch(
         AnswerSettings(max_new_tokens, not no_history, system),
     )
     settings.check()
-    frames = open_frames(source, fps, reconnect, realtime=realtime)
+    mode = watch_mode(bool(questions), sys.stdin.isatty(), sys.stdout.isatty(), json_out)
+    piped = mode == "batch" and not questions  # questions come from stdin, one per line
+    if piped and realtime:
+        mode = "lines"  # paced: each piped line is answered when it is read
+    # prompt and lines pace --realtime themselves, on a clock that /pause stops
+    frames = open_frames(source, fps, reconnect, realtime=realtime and mode == "batch")
+    check_against_source(frames, questions, fps)
+    if piped and (realtime or frames.is_live):
+        mode = "lines"  # a live stream: each piped line is answered when it is read
+    elif piped:
+        questions = [TimedQuestion(line.strip()) for line in sys.stdin if line.strip()]  # at the end of the file
     session = build_session(settings, quiet=json_out)
-    if not questions and sys.stdin.isatty():
+    run_mode(mode, session, frames, questions, json_out=json_out, pace=realtime and mode != "batch",
+             progress=not no_progress, source=source)
+
+
+def watch_mode(has_questions: bool, stdin_tty: bool, stdout_tty: bool, json_out: bool) -> str:
+    """batch (--ask/--ask-at, or questions piped into stdin), prompt (both ends are terminals),
+    or lines (a terminal on one end only, or --json: plain question and answer lines)."""
+    if has_questions or not stdin_tty:
+        return "batch"
+    return "prompt" if stdout_tty and not json_out else "lines"
+
+
+def run_mode(mode: str, session, frames, questions, *, json_out: bool, pace: bool, progress: bool = True,
+             source: str | None = None) -> None:
+    if mode == "batch":
+        run_batch(session, frames, questions, json_out, progress=progress, source=source)
+    elif mode == "prompt":
         from ..app.live import run_interactive
 
-        run_interactive(session, frames)
-        return
-    run_batch(session, frames, questions, json_out)
+        run_interactive(session, frames, pace=pace)
+    else:
+        from ..app.live import run_lines
+
+        def prompt() -> None:
+            if sys.stdin.isatty() and err.is_terminal:
+                err.file.write("? ")
+                err.file.flush()
+
+        emit = (lambda result: print(json.dumps(answer_record(result)), flush=True)) if json_out else None
+        if not json_out and not quiet():
+            err.print(f"hermes · {session.adapter.name} · policy {session.policy.name} — one question per line, "
+                      "/help for commands, Ctrl-D to leave", soft_wrap=True)
+        run_lines(session, frames, prompt=prompt, emit=emit, pace=pace)
+
+
+def check_against_source(frames, questions, fps: float) -> None:
+    """Warn about --ask-at times past the end of a file, and --fps above the source's own rate."""
+    duration = frames.duration_s
+    for q in questions:
+        if q.at_s is not None and duration is not None and q.at_s > duration:
+            warn(f"--ask-at {q.at_s:g}s is after the end of {frames.name} ({duration:.1f}s): "
+                 f"{q.question!r} is answered at the end of the stream")
+    rate = source_rate(frames)
+    if rate and fps > rate * 1.001:
+        warn(f"--fps {fps:g} is above {frames.name}'s own rate ({rate:.3g} frames per second): "
+             f"every frame is used, {rate:.3g} per second")
+
+
+def source_rate(frames) -> float | None:
+    """The source's own frame rate, if known (from the sources module, else the stream's average)."""
+    rate = getattr(frames, "source_fps", None)
+    if rate is None:
+        stream = getattr(frames, "_stream", None)
+        rate = getattr(stream, "average_rate", None) or getattr(stream, "guessed_rate", None)
+    try:
+        return float(rate) if rate else None
+    except (TypeError, ValueError):
+        return None
 
 
 def chat(
-    source: Annotated[str | None, typer.Argument(metavar="[SOURCE]", help="A live URL (rtsp, rtmp, tcp, udp, http) — or, with --webcam, a camera device.")] = None,
+    source: Annotated[str | None, typer.Argument(help="A live URL (rtsp, rtmp, tcp, udp, http) — or, with --webcam, a camera device.")] = None,
     webcam: Annotated[bool, typer.Option("--webcam", help="Watch a camera (default: this platform's first camera).")] = False,
     list_devices: Annotated[bool, typer.Option("--list-devices", help="List the cameras found and exit.")] = False,
     model: ModelOpt = None,
@@ -106,9 +178,15 @@ def chat(
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     reconnect: ReconnectOpt = None,
+    json_out: JsonOpt = False,
+    quiet_: QuietOpt = False,
+    verbose_: VerboseOpt = False,
     debug: DebugOpt = False,
 ) -> None:
     """Talk about a live camera or stream while it runs: an interactive prompt with live readouts.
+
+    With stdin or stdout not a terminal (or --json), questions are read one per line and each is
+    answered when it is read.
 
     \b
     Examples:
@@ -117,6 +195,7 @@ def chat(
       hermes chat rtsp://camera.local/stream
     """
     set_debug(debug)
+    set_verbosity(quiet_, verbose_)
     from ..sources import default_camera, devices_hint
     from ..sources import list_devices as find_cameras
 
@@ -138,10 +217,9 @@ def chat(
     spec = (source or default_camera()) if webcam else source
     assert spec is not None
     frames = open_frames(spec, fps, reconnect, webcam=webcam)
-    session = build_session(settings)
-    from ..app.live import run_interactive
-
-    run_interactive(session, frames)
+    session = build_session(settings, quiet=json_out)
+    mode = "prompt" if sys.stdin.isatty() and sys.stdout.isatty() and not json_out else "lines"
+    run_mode(mode, session, frames, [], json_out=json_out, pace=False)
 
 
 def answer_record(result) -> dict:
@@ -158,43 +236,67 @@ def answer_record(result) -> dict:
     }
 
 
-def run_batch(session, frames, questions, json_out: bool) -> None:
-    """Stream ``frames`` and answer the timed questions, printing each answer as it comes."""
+def run_batch(session, frames, questions, json_out: bool, *, progress: bool = True, source: str | None = None) -> None:
+    """Stream ``frames`` and answer the timed questions, printing each answer as it comes.
+
+    On a terminal a progress bar runs on stderr; answers are printed above it (the bar steps
+    aside for each), and bar and answers count the same frames. Ctrl-C stops with a word on how
+    far the stream got (exit code 130).
+    """
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..app.streaming import run_stream
     from ..engine.positions import PositionLimitError
     from ..sources import SourceError
 
+    show_progress = progress and not json_out and err.is_terminal and not quiet()
+    bar = Progress(TextColumn("[bold]streaming[/]"), BarColumn(), TextColumn("{task.fields[info]}"),
+                   TimeElapsedColumn(), console=err, disable=not show_progress, transient=True,
+                   redirect_stdout=False, redirect_stderr=False)
+    read = {"frames": 0, "time": 0.0, "answers": 0}
+
     def on_answer(result):
+        read["answers"] += 1
         if json_out:
             print(json.dumps(answer_record(result)), flush=True)
-        else:
-            a = result.answer
-            out.print(f"[bold]Q[/] ({a.stream_time_s:.1f}s, {a.frames_seen} frames): {a.question}")
-            out.print(f"[bold]A[/]: {a.text}")
-            if a.ttft_ms is not None:
-                out.print(f"[dim]  ttft {a.ttft_ms:.0f} ms · tpot {a.tpot_ms or 0:.1f} ms · "
-                          f"cache {result.stats.cache.tokens} tokens/layer[/]")
+            return
+        if show_progress:
+            bar.stop()  # transient: the bar leaves the screen while the answer is printed
+        print_answer(result)
+        if show_progress:
+            bar.start()
 
-    show_progress = not json_out and err.is_terminal
-    progress = Progress(TextColumn("[bold]streaming[/]"), BarColumn(), TextColumn("{task.fields[info]}"),
-                        TimeElapsedColumn(), console=err, disable=not show_progress, transient=True)
+    def on_frame(frame):  # every frame: plain counters, not a stats() snapshot
+        read["frames"] += 1
+        read["time"] = frame.timestamp
+        if show_progress:
+            bar.update(task, completed=frame.timestamp,
+                       info=f"{frame.timestamp:6.1f}s · {read['frames']} frames · {session.cache.length} tokens/layer")
+
     try:
-        with progress, frames:
-            task = progress.add_task("stream", total=frames.duration_s, info="")
-
-            def on_frame(frame):  # every frame: plain counters, not a stats() snapshot
-                progress.update(task, completed=frame.timestamp,
-                                info=f"{frame.timestamp:6.1f}s · {session.frames_seen} frames · "
-                                     f"{session.cache.length} tokens/layer")
-
-            run_stream(session, frames, questions, on_answer=on_answer, on_frame=on_frame if show_progress else None)
+        with bar, frames:
+            task = bar.add_task("stream", total=frames.duration_s, info="")
+            run_stream(session, frames, questions, on_answer=on_answer, on_frame=on_frame)
     except (SourceError, PositionLimitError) as exc:
-        raise UserError(str(exc)) from exc
+        from .urls import explain_source_error
+
+        raise UserError(explain_source_error(source, str(exc))) from exc
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted at {read['time']:.1f}s of the stream ({read['frames']} frames read); "
+                          f"{read['answers']} of {len(questions)} questions answered") from None
     for warning in [*frames.stats.warnings, *session.warnings]:
         warn(warning)
     if not questions and not json_out:
         s = session.stats()
         out.print(f"streamed {s.frames_seen} frames ({s.stream_time_s:.1f}s); "
                   f"cache {s.cache.tokens} tokens/layer, {s.cache.kv_bytes / 2**20:.1f} MiB")
+
+
+def print_answer(result) -> None:
+    """An answer as text: the question with when it was asked, the answer, its timings."""
+    a = result.answer
+    out.print(f"[bold]Q[/] ({a.stream_time_s:.1f}s, {a.frames_seen} frames): {escape(a.question)}", soft_wrap=True)
+    out.print(f"[bold]A[/]: {escape(a.text)}", soft_wrap=True)
+    if a.ttft_ms is not None:
+        out.print(f"[dim]  ttft {a.ttft_ms:.0f} ms · tpot {a.tpot_ms or 0:.1f} ms · "
+                  f"cache {result.stats.cache.tokens} tokens/layer[/]", soft_wrap=True)

@@ -97,6 +97,11 @@ class Session:
         self.positions.start_video()
 
     @property
+    def tokens_per_unit(self) -> int | None:
+        """Stream tokens one unit (frame, or Qwen temporal patch) adds; known after the first chunk."""
+        return self._tokens_per_unit
+
+    @property
     def budget(self) -> int | None:
         """The cap the policy holds the memory to (None: it keeps everything)."""
         return self.config.budget if self.policy.target(self.config.budget) is not None else None

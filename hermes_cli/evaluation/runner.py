@@ -507,7 +507,7 @@ def summarize(records: list[dict], *, selected: int | None = None) -> dict:
     if mc:
         summary["multiple_choice"] = {
             **_accuracy(mc),
-            "unparsed": sum(r["parsed_letter"] is None for r in mc),
+            "unparsed": sum(r["parsed_letter"] is None and r["correct"] is not None for r in mc),  # of the scored
             "unscored": sum(r["correct"] is None for r in mc),
             "per_task": _groups(mc, "task"),
             "per_duration": _groups(mc, "duration_bucket"),

@@ -14,11 +14,10 @@ from .qwen_vl import QwenVLAdapter
 from .registry import (
     BUILTIN,
     FAMILIES,
-    GPU_TIERS,
-    SMALL_MODEL,
     WAY_OUT,
     ModelLoadError,
     check_model_name,
+    default_for,
     family_of_type,
     in_hub_cache,
     model_from_env,
@@ -39,13 +38,8 @@ def default_model() -> tuple[str, str]:
         return env, "from HERMES_MODEL"
     if torch.cuda.is_available():
         free, _ = torch.cuda.mem_get_info()
-        gib = free / 2**30
-        for need, candidates in GPU_TIERS:
-            if gib >= need:  # Qwen3-VL first (the paper's best); weights already here win
-                chosen = next((m for m in candidates if locally_present(m)), candidates[0])
-                return chosen, f"GPU with {gib:.0f} GiB free"
-        return SMALL_MODEL, f"GPU with only {gib:.0f} GiB free"
-    return SMALL_MODEL, "no GPU"
+        return default_for(free / 2**30, locally_present)
+    return default_for(None)
 
 
 def pick_device(device: str | None) -> torch.device:

@@ -8,6 +8,7 @@ the built-in random-weight models, and the full-size architectures ``hermes benc
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +69,22 @@ ARCH_ALIASES: dict[str, str] = {
 }
 
 
+def default_for(gpu_free_gib: float | None, present: Callable[[str], bool] | None = None) -> tuple[str, str]:
+    """(model id, why): the real model that fits a machine with this much free GPU memory (None: no GPU).
+
+    Within a tier Qwen3-VL comes first (the paper's best); a model whose weights are ``present``
+    (default: in the local hub cache) wins over one that would be downloaded.
+    """
+    if gpu_free_gib is None:
+        return SMALL_MODEL, "no GPU"
+    present = present or in_hub_cache
+    for need, candidates in GPU_TIERS:
+        if gpu_free_gib >= need:
+            chosen = next((m for m in candidates if present(m)), candidates[0])
+            return chosen, f"GPU with {gpu_free_gib:.0f} GiB free"
+    return SMALL_MODEL, f"GPU with only {gpu_free_gib:.0f} GiB free"
+
+
 def family_of_type(model_type: str) -> Family | None:
     """The family whose adapter serves a transformers ``model_type``."""
     return next((f for f in FAMILIES if model_type in f.model_types), None)
@@ -80,6 +97,8 @@ def resolve_arch(name: str) -> str:
     if key not in ARCHS:
         raise ModelLoadError(f"unknown architecture {name!r}; choose one of: {', '.join(ARCHS)}")
     return key
+
+
 WAY_OUT = "pass a local directory with --model PATH, or try --model tiny"
 
 

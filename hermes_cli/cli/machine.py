@@ -1,0 +1,88 @@
+"""What the command line can learn about the machine and a model name without importing torch.
+
+``hermes models`` and option checks run in a fraction of a second: the GPU is asked through
+``nvidia-smi`` (if present) and a model's family is read from its name or its ``config.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+from ..models.registry import BUILTIN, FAMILIES, default_for, family_of_type, in_hub_cache, model_from_env
+
+
+def gpu_free_gib() -> float | None:
+    """Free memory of the first NVIDIA GPU in GiB, or None when there is none (or no driver tool)."""
+    tool = shutil.which("nvidia-smi")
+    if tool is None:
+        return None
+    try:
+        done = subprocess.run([tool, "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=5)
+        return float(done.stdout.split()[0]) / 1024 if done.returncode == 0 and done.stdout.strip() else None
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+
+
+def default_model() -> tuple[str, str]:
+    """(model id, why) as ``models.loading.default_model`` decides it, without importing torch."""
+    if env := model_from_env():
+        return env, "from HERMES_MODEL"
+    return default_for(gpu_free_gib())
+
+
+def locally_present(model_id: str) -> bool:
+    """Whether a hub id's weights are in the local cache (or the name is a directory)."""
+    return Path(model_id).expanduser().is_dir() or in_hub_cache(model_id)
+
+
+def model_type_of_dir(path: Path) -> str | None:
+    """The ``model_type`` in a model directory's config.json (None: no readable config)."""
+    try:
+        return str(json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type") or "") or None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def family_of(name: str) -> str | None:
+    """The family a model name refers to, when it can be told without loading (else None)."""
+    if name in BUILTIN:
+        return BUILTIN[name]
+    path = Path(name).expanduser()
+    if path.is_dir():
+        family = family_of_type(model_type_of_dir(path) or "")
+        return family.name if family else None
+    lower = name.lower()
+    for family in FAMILIES:
+        if lower in (m.lower() for m in family.examples):
+            return family.name
+    if "qwen" in lower and "vl" in lower:
+        return "qwen2.5-vl"
+    if "llava-onevision" in lower:
+        return "llava-onevision"
+    return None
+
+
+def frames_per_unit(family: str | None) -> int:
+    """Frames the family encodes together (Qwen-VL: 2 per temporal patch)."""
+    return 2 if family == "qwen2.5-vl" else 1
+
+
+def not_a_model_dir(name: str) -> str | None:
+    """Why an existing directory cannot be a model (one line), or None if it looks like one."""
+    path = Path(name).expanduser()
+    if not path.is_dir():
+        return None
+    if not (path / "config.json").is_file():
+        return (f"{name} is a folder but not a model: it has no config.json — pass a folder saved by "
+                "save_pretrained or downloaded from the hub, a hub id, or --model tiny")
+    model_type = model_type_of_dir(path)
+    if model_type is None:
+        return f"{name}/config.json cannot be read as a model configuration (no model_type) — check the folder"
+    if family_of_type(model_type) is None:
+        supported = ", ".join(sorted(t for f in FAMILIES for t in f.model_types))
+        return f"{name} holds a {model_type!r} model; supported types: {supported}"
+    return None
