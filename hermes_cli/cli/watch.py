@@ -11,9 +11,14 @@ import typer
 from .. import defaults
 from .console import UserError, err, out, set_debug, warn
 from .factory import AnswerSettings, MemorySettings, ModelSettings, SessionSettings, build_session, open_frames
+from .memory import MemoryRun, given_options, source_id
 from .options import (
+    AcceptPolicyOpt,
+    AutosaveEveryOpt,
+    AutosaveOpt,
     BudgetOpt,
     ChunkOpt,
+    ConvertMemoryOpt,
     DebugOpt,
     DeviceOpt,
     DtypeOpt,
@@ -21,16 +26,19 @@ from .options import (
     JsonOpt,
     MaxNewTokensOpt,
     MaxPixelsOpt,
+    MemoryOpt,
     ModelOpt,
     PolicyOpt,
     PolicyOptsOpt,
     PseudoQueryOpt,
     ReindexOpt,
+    SaveMemoryOpt,
     SystemOpt,
 )
 
 
 def watch(
+    ctx: typer.Context,
     source: Annotated[str, typer.Argument(metavar="SOURCE", help="Video file or URL (http/https/HLS, rtsp, rtmp, tcp, udp).")],
     ask: Annotated[list[str] | None, typer.Option("--ask", "-a", metavar="QUESTION", help="Question answered at the end of the stream (repeatable).")] = None,
     ask_at: Annotated[list[str] | None, typer.Option("--ask-at", metavar="TIME=QUESTION", help="TIME=QUESTION: ask when the stream reaches TIME (30s, 1:05).")] = None,
@@ -50,6 +58,12 @@ def watch(
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
     json_out: JsonOpt = False,
+    memory: MemoryOpt = None,
+    save_memory: SaveMemoryOpt = None,
+    autosave: AutosaveOpt = None,
+    autosave_every: AutosaveEveryOpt = "60s",
+    accept_policy: AcceptPolicyOpt = False,
+    convert_memory: ConvertMemoryOpt = False,
     debug: DebugOpt = False,
 ) -> None:
     """Stream a video through the model and answer questions from its memory.
@@ -75,18 +89,23 @@ def watch(
         MemorySettings(policy, budget, tuple(policy_opt or ()), fps, chunk, reindex, pseudo_query),
         AnswerSettings(max_new_tokens, not no_history, system),
     )
+    snapshots = MemoryRun(memory, save_memory, autosave, autosave_every, accept_policy, convert_memory, quiet=json_out)
+    settings = snapshots.settings(settings, given_options(ctx))
     settings.check()
-    frames = open_frames(source, fps, realtime=realtime)
+    frames = open_frames(source, settings.memory.fps, realtime=realtime)
     session = build_session(settings, quiet=json_out)
+    frames = snapshots.attach(session, frames, source_id(source))
     if not questions and sys.stdin.isatty():
         from ..app.live import run_interactive
 
         run_interactive(session, frames)
-        return
-    run_batch(session, frames, questions, json_out)
+    else:
+        run_batch(session, frames, questions, json_out)
+    snapshots.finish()
 
 
 def chat(
+    ctx: typer.Context,
     source: Annotated[str | None, typer.Argument(metavar="[SOURCE]", help="A live URL (rtsp, rtmp, tcp, udp, http) — or, with --webcam, a camera device.")] = None,
     webcam: Annotated[bool, typer.Option("--webcam", help="Watch a camera (default: this platform's first camera).")] = False,
     list_devices: Annotated[bool, typer.Option("--list-devices", help="List the cameras found and exit.")] = False,
@@ -103,6 +122,12 @@ def chat(
     max_pixels: MaxPixelsOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = None,
+    memory: MemoryOpt = None,
+    save_memory: SaveMemoryOpt = None,
+    autosave: AutosaveOpt = None,
+    autosave_every: AutosaveEveryOpt = "60s",
+    accept_policy: AcceptPolicyOpt = False,
+    convert_memory: ConvertMemoryOpt = False,
     debug: DebugOpt = False,
 ) -> None:
     """Talk about a live camera or stream while it runs: an interactive prompt with live readouts.
@@ -124,21 +149,24 @@ def chat(
         if not cameras:
             err.print(f"no cameras found — {devices_hint()}", soft_wrap=True)
         return
-    if not webcam and not source:
-        raise UserError("nothing to watch: pass --webcam [DEVICE] or a live URL (see hermes chat --help)")
+    if not webcam and not source and not memory:
+        raise UserError("nothing to watch: pass --webcam [DEVICE], a live URL, or --memory FILE (see hermes chat --help)")
     settings = SessionSettings(
         ModelSettings(model, device, dtype, max_pixels),
         MemorySettings(policy, budget, tuple(policy_opt or ()), fps, chunk, reindex, pseudo_query),
         AnswerSettings(max_new_tokens, True, system),
     )
+    snapshots = MemoryRun(memory, save_memory, autosave, autosave_every, accept_policy, convert_memory)
+    settings = snapshots.settings(settings, given_options(ctx))
     settings.check()
     spec = (source or default_camera()) if webcam else source
-    assert spec is not None
-    frames = open_frames(spec, fps, webcam=webcam)
+    frames = None if spec is None else open_frames(spec, settings.memory.fps, webcam=webcam)
     session = build_session(settings)
+    frames = snapshots.attach(session, frames, None if spec is None else source_id(spec, webcam))
     from ..app.live import run_interactive
 
     run_interactive(session, frames)
+    snapshots.finish()
 
 
 def answer_record(result) -> dict:
