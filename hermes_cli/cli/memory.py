@@ -110,7 +110,8 @@ class MemoryRun:
     def attach(self, session, frames, source: str | None):
         """Restore the snapshot into ``session`` and return the frames to stream: a file the
         snapshot came from resumes after its last frame; another source continues the stream
-        time. With --autosave, the session is saved between frames."""
+        time (after the snapshot's queued frames are flushed: its stream ended). With
+        --autosave, the session is saved between frames."""
         from ..engine.snapshot import Autosaver, SnapshotError, check_fits, restore, set_destination
 
         self.session, self.source = session, source
@@ -135,7 +136,8 @@ class MemoryRun:
         if consumed is not None:
             if source is not None and source == snap.source and not getattr(frames, "is_live", False):
                 skip = consumed
-            else:
+            else:  # another stream: the snapshot's ended, so its queued frames go in now
+                session.flush()
                 offset = consumed + 1.0 / session.config.fps
         if skip is None and not offset and self.autosaver is None:
             return frames
