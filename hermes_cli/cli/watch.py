@@ -76,6 +76,7 @@ def watch(
       hermes watch talk.mp4                      (interactive; the default model)
       hermes watch talk.mp4 --model tiny --ask "What happens?" --json
       hermes watch match.mp4 --policy infinipot --budget 4000 --ask-at 1:05="Who scored?"
+      hermes watch lecture.mp4 --save-memory lecture.safetensors --autosave-every 60s --autosave lecture.safetensors
     """
     set_debug(debug)
     from ..app.streaming import TimedQuestion
@@ -137,6 +138,7 @@ def chat(
       hermes chat --webcam                  (Linux: /dev/video0; macOS: camera 0)
       hermes chat --webcam /dev/video2 --model Qwen/Qwen2.5-VL-3B-Instruct
       hermes chat rtsp://camera.local/stream
+      hermes chat --memory lecture.safetensors   (ask about a saved memory; see watch --save-memory)
     """
     set_debug(debug)
     from ..sources import default_camera, devices_hint
