@@ -76,7 +76,7 @@ def watch(
       hermes watch talk.mp4                      (interactive; the default model)
       hermes watch talk.mp4 --model tiny --ask "What happens?" --json
       hermes watch match.mp4 --policy infinipot --budget 4000 --ask-at 1:05="Who scored?"
-      hermes watch lecture.mp4 --save-memory lecture.safetensors --autosave-every 60s --autosave lecture.safetensors
+      hermes watch lecture.mp4 --autosave lecture.safetensors    (saved every 60 s and at the end)
     """
     set_debug(debug)
     from ..app.streaming import TimedQuestion
