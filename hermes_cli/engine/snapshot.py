@@ -90,7 +90,8 @@ class SaveReport:
     path: Path
     bytes: int
     kv_bytes: int
-    capture_s: float  # copying the memory out (under the session's lock)
+    locked_s: float  # the copy taken under the session's lock (ingestion and answers wait this long)
+    capture_s: float  # the copy, the header and the checksum
     write_s: float  # serialising, writing, fsync, rename
 
 
@@ -132,7 +133,13 @@ def checksum(tensors: dict[str, Tensor], metadata: dict[str, str]) -> str:
 # -- saving --------------------------------------------------------------------------------------------
 def capture(session, *, source: str | None = None) -> tuple[dict[str, Tensor], dict[str, str]]:
     """The session's memory as (tensors on the CPU, header): a consistent copy taken under its lock."""
+    tensors, metadata, _ = _capture(session, source)
+    return tensors, metadata
+
+
+def _capture(session, source: str | None) -> tuple[dict[str, Tensor], dict[str, str], float]:
     adapter = session.adapter
+    t0 = time.perf_counter()
     with session.lock:
         layers = session.cache.export_layers("cpu")
         capacities = session.cache.capacities()
@@ -141,6 +148,7 @@ def capture(session, *, source: str | None = None) -> tuple[dict[str, Tensor], d
         stream = session.stream_state()
         policy = session.policy
         config = dataclasses.asdict(session.config)
+    locked_s = time.perf_counter() - t0
     prefix_ids = adapter.tokens(adapter.prefix_text(config["system_prompt"]))
     tensors: dict[str, Tensor] = {"prefix.token_ids": prefix_ids.to(torch.int64)}
     for l, held in enumerate(layers):
@@ -179,7 +187,7 @@ def capture(session, *, source: str | None = None) -> tuple[dict[str, Tensor], d
         "state": json.dumps(state, sort_keys=True, separators=(",", ":")),
     }
     metadata["checksum"] = checksum(tensors, metadata)
-    return tensors, metadata
+    return tensors, metadata, locked_s
 
 
 def policy_parameters(policy) -> dict:
@@ -221,7 +229,7 @@ def save(session, path: str | os.PathLike, *, source: str | None = None) -> Save
     if not path.parent.is_dir():
         raise SnapshotError(f"cannot save the memory to {path}: folder {path.parent} does not exist")
     t0 = time.perf_counter()
-    tensors, metadata = capture(session, source=source)
+    tensors, metadata, locked_s = _capture(session, source)
     t1 = time.perf_counter()
     data = serialise(tensors, metadata)
     try:
@@ -229,7 +237,7 @@ def save(session, path: str | os.PathLike, *, source: str | None = None) -> Save
     except OSError as exc:
         raise SnapshotError(f"cannot save the memory to {path}: {exc.strerror or exc}") from exc
     kv = sum(t.numel() * t.element_size() for k, t in tensors.items() if k.endswith((".keys", ".values")))
-    return SaveReport(path, len(data), kv, t1 - t0, time.perf_counter() - t1)
+    return SaveReport(path, len(data), kv, locked_s, t1 - t0, time.perf_counter() - t1)
 
 
 # -- reading -------------------------------------------------------------------------------------------
