@@ -395,6 +395,22 @@ def test_autosave_interval_and_atomic_write(tiny_llava, tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["auto.safetensors"]  # no temporary file left
 
 
+def test_a_failed_autosave_warns_once_and_the_stream_goes_on(tiny_llava, tmp_path, monkeypatch):
+    session = Session(tiny_llava, make_policy("full"), config("llava", "full"))
+    saver = snapshot.Autosaver(session, tmp_path / "auto.safetensors", 0)
+
+    def full_disk(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    for start in (0, 2):
+        session.ingest(*stream(2, start=start))
+        assert not saver.tick()
+    assert session.frames_seen == 4 and len(session.warnings) == 1 and "No space left" in session.warnings[0]
+    monkeypatch.undo()
+    assert saver.tick() and snapshot.read(tmp_path / "auto.safetensors").state["stream"]["frames_seen"] == 4
+
+
 def test_a_failed_write_keeps_the_previous_snapshot(tiny_llava, tmp_path, monkeypatch):
     session = Session(tiny_llava, make_policy("full"), config("llava", "full"))
     session.ingest(*stream(2))

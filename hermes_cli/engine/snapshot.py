@@ -408,7 +408,9 @@ class Autosaver:
     """Saves a session to one file at most every ``every_s`` seconds of wall-clock time.
 
     Call ``tick()`` between frames (it saves when the interval has passed) and ``save()`` at
-    the end. Each save is atomic, so a crash loses at most one interval.
+    the end. Each save is atomic, so a crash loses at most one interval. A failed autosave (a
+    full disk) does not stop the stream: it becomes one of the session's warnings, once, and the
+    last good snapshot stays.
     """
 
     def __init__(self, session, path: str | os.PathLike, every_s: float, *, source: str | None = None,
@@ -422,9 +424,17 @@ class Autosaver:
         self.saves = 0
 
     def tick(self) -> bool:
+        """Save if the interval has passed; whether a snapshot was written."""
         if self.clock() - self.last < self.every_s:
             return False
-        self.save()
+        try:
+            self.save()
+        except SnapshotError as exc:
+            self.last = self.clock()  # try again one interval later
+            warning = f"autosave failed: {exc} — the stream goes on; the last good snapshot stays"
+            if warning not in self.session.warnings:
+                self.session.warnings.append(warning)
+            return False
         return True
 
     def save(self) -> SaveReport:
