@@ -174,6 +174,39 @@ def test_round_trip_through_a_fresh_process(family, tiny_qwen, tiny_llava, tmp_p
         assert torch.equal(logits[f"step.{i}"], step)
 
 
+def test_saves_from_another_thread_while_ingesting_always_continue_exactly(tiny_llava, fresh, tmp_path):
+    """The prompt's /save runs while the ingest thread works: every snapshot taken then is a
+    consistent point of the stream, from which the rest of the stream gives the same end."""
+    import threading
+
+    whole, expected = continuous(tiny_llava, "llava", "hermes")
+    session = Session(tiny_llava, make_policy("hermes"), config("llava", "hermes"))
+    frames, times = stream(N + M)
+
+    def ingest():
+        for frame, t in zip(frames, times, strict=True):
+            session.ingest([frame], [t])
+            time.sleep(0.002)
+
+    worker = threading.Thread(target=ingest)
+    worker.start()
+    paths = []
+    while worker.is_alive() and len(paths) < 40:
+        paths.append(tmp_path / f"s{len(paths)}.safetensors")
+        snapshot.save(session, paths[-1])
+    worker.join()
+    consumed = sorted({snapshot.read(p).consumed_until_s for p in paths} - {None})
+    assert len(consumed) >= 3, consumed  # saves landed at several points of the stream
+    for until in consumed[:: max(1, len(consumed) // 4)]:
+        path = next(p for p in paths if snapshot.read(p).consumed_until_s == until)
+        resumed = Session(fresh["llava"], make_policy("hermes"), config("llava", "hermes"))
+        snapshot.load(path, resumed)
+        rest = [i for i, t in enumerate(times) if t > until]
+        resumed.ingest([frames[i] for i in rest], [times[i] for i in rest])
+        assert_same_answer(resumed.answer(QUESTION, max_new_tokens=4, record_logits=True), expected)
+        assert_same_memory(state_of(resumed), state_of(whole))
+
+
 # -- what a snapshot holds -------------------------------------------------------------------------------
 def test_file_holds_held_tokens_only_and_documented_fields(tiny_llava, tmp_path):
     session = Session(tiny_llava, make_policy("hermes"), config("llava", "hermes"))
