@@ -268,7 +268,7 @@ def read(path: str | os.PathLike) -> Snapshot:
         raise SnapshotError(f"{path} is not a hermes-video memory snapshot (no safetensors header)") from None
     if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
         raise SnapshotError(f"{path} is not a hermes-video memory snapshot (format {metadata.get('format')!r})")
-    version = metadata.get("format_version", "")
+    version = str(metadata.get("format_version", ""))
     if not version.isdigit():
         raise _damaged(path, f"format version {version!r}")
     if int(version) > FORMAT_VERSION:
