@@ -370,6 +370,16 @@ def test_cli_refuses_bad_snapshots_with_one_line_and_code_2(good, clip, tmp_path
     for path, words in cases.items():
         code, lines = cli(capsys, "watch", clip, "--memory", str(path), "--ask", "hi", "--json")  # --json: no notes
         assert code == 2 and len(lines) == 1 and words in lines[0] and lines[0].startswith("error:"), (path, lines)
+    changed = ("watch", clip, "--memory", str(good), "--policy-opt", "lambda_deep=0.5", "--ask", "hi", "--json",
+               "--max-new-tokens", "2")
+    code, lines = cli(capsys, *changed)
+    assert code == 2 and lines == [f"error: {good} was made with hermes.lambda_deep=0.4, this session has 0.5 — "
+                                   "pass --accept-policy to continue with the new parameters"]
+    assert cli(capsys, *changed, "--accept-policy")[0] == 0
+    code, lines = cli(capsys, "watch", clip, "--memory", str(good), "--dtype", "bf16", "--ask", "hi", "--json")
+    assert code == 2 and "--convert-memory" in lines[0]
+    assert cli(capsys, "watch", clip, "--memory", str(good), "--dtype", "bf16", "--convert-memory", "--ask", "hi",
+               "--json", "--max-new-tokens", "2")[0] == 0
     code, lines = cli(capsys, "chat", "--memory", str(good), "--model", "tiny-llava-onevision")
     assert code == 2 and lines[-1] == (f"error: {good} holds the memory of model 'tiny', not 'tiny-llava-onevision' "
                                        "— load it with --model tiny")
