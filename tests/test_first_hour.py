@@ -283,7 +283,7 @@ def test_ask_at_past_the_end_and_fps_above_the_source_warn(video):
                                  "--ask-at", "99:99=late?", "--fps", "100", "--json"])
     assert result.exit_code == 0, result.output
     assert "warning: --ask-at 6039s is after the end of clip.mp4 (12.0s): 'late?' is answered at the end" in result.stderr
-    assert "warning: --fps 100 is above clip.mp4's own rate (8 frames per second): every frame is used" in result.stderr
+    assert "note: clip.mp4: --fps 100 exceeds the video's 8 fps; every frame is used once, so it gives 8 fps" in result.stderr
     (record,) = json_lines(result.stdout)
     assert record["frames_seen"] == 96  # 12 s at the source's own 8 fps
 

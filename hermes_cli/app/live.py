@@ -34,6 +34,7 @@ Ask anything about the stream; answers come from the memory as it is now.
   /stats    readouts in full            /memory   what each layer group still holds
   /pause    stop ingesting              /resume   continue ingesting
   /policy   the memory policy           /clear    forget the conversation (keep the video)
+  /save [FILE]  write the memory to FILE (default: --save-memory or --autosave) to resume it later
   /help     this text                   /quit     leave (also Ctrl-D, or Ctrl-C at an empty prompt)
 Alt-Enter (or Esc Enter) starts a new line; Ctrl-C cancels an answer in progress."""
 
@@ -434,6 +435,10 @@ class Assistant:
             p = self.session.policy
             params = ", ".join(f"{f.name}={getattr(p, f.name)!r}" for f in p.parameters())
             self.print(f"{p.name} (budget {self.session.config.budget}): {p.description}" + (f"\n  {params}" if params else ""))
+        elif name == "/save":
+            from ..engine.snapshot import save_command
+
+            self.print(self.worker.call(lambda session: save_command(session, text)))
         elif name == "/clear":
             self.worker.call(lambda session: session.history.clear())
             self.print("conversation forgotten; the video memory is unchanged")

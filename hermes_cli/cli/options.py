@@ -53,3 +53,30 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Only answers and 
 VerboseOpt = Annotated[
     bool, typer.Option("--verbose", "-v", help="Also say what is loaded and from where, with the libraries' own messages."),
 ]
+MemoryOpt = Annotated[
+    str | None,
+    typer.Option("--memory", metavar="FILE", help="Start from a saved memory (see --save-memory) and answer from it at once; "
+                 "a source keeps streaming on top of it (the same file resumes after its last frame). The model and "
+                 "memory settings not given default to the snapshot's."),
+]
+SaveMemoryOpt = Annotated[
+    str | None,
+    typer.Option("--save-memory", metavar="FILE", help="Write the memory to FILE (safetensors) when the stream ends, "
+                 "or when the prompt closes; /save [FILE] writes it any time."),
+]
+AutosaveOpt = Annotated[
+    str | None,
+    typer.Option("--autosave", metavar="FILE", help="Save the memory to FILE every --autosave-every while streaming "
+                 "(atomically: a crash leaves the last complete snapshot; resume with --memory FILE)."),
+]
+AutosaveEveryOpt = Annotated[str, typer.Option("--autosave-every", metavar="TIME", help="Wall-clock interval of --autosave (30s, 5m).")]
+AcceptPolicyOpt = Annotated[
+    bool,
+    typer.Option("--accept-policy", help="Load a --memory made under another policy, policy parameters or memory "
+                 "settings, and continue under the ones given here."),
+]
+ConvertMemoryOpt = Annotated[
+    bool,
+    typer.Option("--convert-memory", help="Convert a --memory saved in another dtype (e.g. bf16 on a GPU) to the "
+                 "model's dtype instead of refusing it."),
+]

@@ -12,9 +12,14 @@ from rich.markup import escape
 from .. import defaults
 from .console import Interrupted, UserError, err, out, quiet, set_debug, set_verbosity, warn
 from .factory import AnswerSettings, MemorySettings, ModelSettings, SessionSettings, build_session, open_frames
+from .memory import MemoryRun, given_options, source_id
 from .options import (
+    AcceptPolicyOpt,
+    AutosaveEveryOpt,
+    AutosaveOpt,
     BudgetOpt,
     ChunkOpt,
+    ConvertMemoryOpt,
     DebugOpt,
     DeviceOpt,
     DtypeOpt,
@@ -22,6 +27,7 @@ from .options import (
     JsonOpt,
     MaxNewTokensOpt,
     MaxPixelsOpt,
+    MemoryOpt,
     ModelOpt,
     NoProgressOpt,
     PolicyOpt,
@@ -30,12 +36,14 @@ from .options import (
     QuietOpt,
     ReconnectOpt,
     ReindexOpt,
+    SaveMemoryOpt,
     SystemOpt,
     VerboseOpt,
 )
 
 
 def watch(
+    ctx: typer.Context,
     source: Annotated[str, typer.Argument(help="Video file or URL (http/https/HLS, rtsp, rtmp, tcp, udp).")],
     ask: Annotated[list[str] | None, typer.Option("--ask", "-a", metavar="QUESTION", help="Question answered at the end of the stream (repeatable).")] = None,
     ask_at: Annotated[list[str] | None, typer.Option("--ask-at", metavar="TIME=QUESTION", help="TIME=QUESTION: ask when the stream reaches TIME (30s, 1:05).")] = None,
@@ -59,6 +67,12 @@ def watch(
     no_progress: NoProgressOpt = False,
     quiet_: QuietOpt = False,
     verbose_: VerboseOpt = False,
+    memory: MemoryOpt = None,
+    save_memory: SaveMemoryOpt = None,
+    autosave: AutosaveOpt = None,
+    autosave_every: AutosaveEveryOpt = "60s",
+    accept_policy: AcceptPolicyOpt = False,
+    convert_memory: ConvertMemoryOpt = False,
     debug: DebugOpt = False,
 ) -> None:
     """Stream a video through the model and answer questions from its memory.
@@ -73,6 +87,7 @@ def watch(
       hermes watch talk.mp4                      (interactive; the default model)
       hermes watch talk.mp4 --model tiny --ask "What happens?" --json
       hermes watch match.mp4 --policy infinipot --budget 4000 --ask-at 1:05="Who scored?"
+      hermes watch lecture.mp4 --autosave lecture.safetensors    (saved every 60 s and at the end)
     """
     set_debug(debug)
     set_verbosity(quiet_, verbose_)
@@ -87,21 +102,25 @@ def watch(
         MemorySettings(policy, budget, tuple(policy_opt or ()), fps, chunk, reindex, pseudo_query),
         AnswerSettings(max_new_tokens, not no_history, system),
     )
+    snapshots = MemoryRun(memory, save_memory, autosave, autosave_every, accept_policy, convert_memory, quiet=json_out)
+    settings = snapshots.settings(settings, given_options(ctx))
     settings.check()
     mode = watch_mode(bool(questions), sys.stdin.isatty(), sys.stdout.isatty(), json_out)
     piped = mode == "batch" and not questions  # questions come from stdin, one per line
     if piped and realtime:
         mode = "lines"  # paced: each piped line is answered when it is read
     # prompt and lines pace --realtime themselves, on a clock that /pause stops
-    frames = open_frames(source, fps, reconnect, realtime=realtime and mode == "batch")
-    check_against_source(frames, questions, fps)
+    frames = open_frames(source, settings.memory.fps, reconnect, realtime=realtime and mode == "batch")
+    check_against_source(frames, questions)
     if piped and (realtime or frames.is_live):
         mode = "lines"  # a live stream: each piped line is answered when it is read
     elif piped:
         questions = [TimedQuestion(line.strip()) for line in sys.stdin if line.strip()]  # at the end of the file
     session = build_session(settings, quiet=json_out)
+    frames = snapshots.attach(session, frames, source_id(source))
     run_mode(mode, session, frames, questions, json_out=json_out, pace=realtime and mode != "batch",
              progress=not no_progress, source=source)
+    snapshots.finish()
 
 
 def watch_mode(has_questions: bool, stdin_tty: bool, stdout_tty: bool, json_out: bool) -> str:
@@ -135,32 +154,17 @@ def run_mode(mode: str, session, frames, questions, *, json_out: bool, pace: boo
         run_lines(session, frames, prompt=prompt, emit=emit, pace=pace)
 
 
-def check_against_source(frames, questions, fps: float) -> None:
-    """Warn about --ask-at times past the end of a file, and --fps above the source's own rate."""
+def check_against_source(frames, questions) -> None:
+    """Warn about --ask-at times past the end of a file."""
     duration = frames.duration_s
     for q in questions:
         if q.at_s is not None and duration is not None and q.at_s > duration:
             warn(f"--ask-at {q.at_s:g}s is after the end of {frames.name} ({duration:.1f}s): "
                  f"{q.question!r} is answered at the end of the stream")
-    rate = source_rate(frames)
-    if rate and fps > rate * 1.001:
-        warn(f"--fps {fps:g} is above {frames.name}'s own rate ({rate:.3g} frames per second): "
-             f"every frame is used, {rate:.3g} per second")
-
-
-def source_rate(frames) -> float | None:
-    """The source's own frame rate, if known (from the sources module, else the stream's average)."""
-    rate = getattr(frames, "source_fps", None)
-    if rate is None:
-        stream = getattr(frames, "_stream", None)
-        rate = getattr(stream, "average_rate", None) or getattr(stream, "guessed_rate", None)
-    try:
-        return float(rate) if rate else None
-    except (TypeError, ValueError):
-        return None
 
 
 def chat(
+    ctx: typer.Context,
     source: Annotated[str | None, typer.Argument(help="A live URL (rtsp, rtmp, tcp, udp, http) — or, with --webcam, a camera device.")] = None,
     webcam: Annotated[bool, typer.Option("--webcam", help="Watch a camera (default: this platform's first camera).")] = False,
     list_devices: Annotated[bool, typer.Option("--list-devices", help="List the cameras found and exit.")] = False,
@@ -181,6 +185,12 @@ def chat(
     json_out: JsonOpt = False,
     quiet_: QuietOpt = False,
     verbose_: VerboseOpt = False,
+    memory: MemoryOpt = None,
+    save_memory: SaveMemoryOpt = None,
+    autosave: AutosaveOpt = None,
+    autosave_every: AutosaveEveryOpt = "60s",
+    accept_policy: AcceptPolicyOpt = False,
+    convert_memory: ConvertMemoryOpt = False,
     debug: DebugOpt = False,
 ) -> None:
     """Talk about a live camera or stream while it runs: an interactive prompt with live readouts.
@@ -193,6 +203,7 @@ def chat(
       hermes chat --webcam                  (Linux: /dev/video0; macOS: camera 0)
       hermes chat --webcam /dev/video2 --model Qwen/Qwen2.5-VL-3B-Instruct
       hermes chat rtsp://camera.local/stream
+      hermes chat --memory lecture.safetensors   (ask about a saved memory; see watch --save-memory)
     """
     set_debug(debug)
     set_verbosity(quiet_, verbose_)
@@ -206,20 +217,23 @@ def chat(
         if not cameras:
             err.print(f"no cameras found — {devices_hint()}", soft_wrap=True)
         return
-    if not webcam and not source:
-        raise UserError("nothing to watch: pass --webcam [DEVICE] or a live URL (see hermes chat --help)")
+    if not webcam and not source and not memory:
+        raise UserError("nothing to watch: pass --webcam [DEVICE], a live URL, or --memory FILE (see hermes chat --help)")
     settings = SessionSettings(
         ModelSettings(model, device, dtype, max_pixels),
         MemorySettings(policy, budget, tuple(policy_opt or ()), fps, chunk, reindex, pseudo_query),
         AnswerSettings(max_new_tokens, True, system),
     )
+    snapshots = MemoryRun(memory, save_memory, autosave, autosave_every, accept_policy, convert_memory, quiet=json_out)
+    settings = snapshots.settings(settings, given_options(ctx))
     settings.check()
     spec = (source or default_camera()) if webcam else source
-    assert spec is not None
-    frames = open_frames(spec, fps, reconnect, webcam=webcam)
+    frames = None if spec is None else open_frames(spec, settings.memory.fps, reconnect, webcam=webcam)
     session = build_session(settings, quiet=json_out)
+    frames = snapshots.attach(session, frames, None if spec is None else source_id(spec, webcam))
     mode = "prompt" if sys.stdin.isatty() and sys.stdout.isatty() and not json_out else "lines"
     run_mode(mode, session, frames, [], json_out=json_out, pace=False)
+    snapshots.finish()
 
 
 def answer_record(result) -> dict:

@@ -306,3 +306,48 @@ class StreamingCache(Cache):
             keys = lay.keys[:, :, p : lay.length]
             keys.copy_(rotary.rotate(keys, delta))
         held.positions = torch.cat([held.positions[:p], positions])
+
+    # -- snapshots ------------------------------------------------------------------------------
+    def export_layers(self, device: torch.device | str = "cpu") -> list[dict[str, Tensor]]:
+        """Copies of what each layer holds, on ``device``: ``keys``/``values`` (1, H, length, D) —
+        the held length only, never the spare capacity — and the token metadata (``kind``,
+        ``token_id``, ``frame``, ``patch``, ``positions``). Text tokens must not be present."""
+        if any(self.count(KIND_TEXT)):
+            raise RuntimeError("export the cache only between questions")
+        out = []
+        for layer in self.stream_layers:
+            if not layer.is_initialized or layer.meta is None:
+                raise RuntimeError("the cache is empty")
+            held = {"keys": layer.stored_keys(), "values": layer.stored_values()}
+            held.update(zip(("kind", "token_id", "frame", "patch", "positions"), layer.meta._fields(), strict=True))
+            out.append({k: v.detach().to(device, copy=True).contiguous() for k, v in held.items()})
+        return out
+
+    def capacities(self) -> list[int]:
+        """Tokens each layer's buffers have room for (held + spare)."""
+        return [l.keys.shape[-2] if l.is_initialized else 0 for l in self.stream_layers]
+
+    def import_layers(self, layers: list[dict[str, Tensor]], next_id: int, capacities: list[int] | None = None) -> None:
+        """Replace everything held by ``layers`` (as ``export_layers`` gives them, already on the
+        model's device and in its dtype); buffers get ``capacities`` (default: the held length).
+
+        The caller checks shapes first: this only re-checks the invariant (equal lengths).
+        """
+        if len(layers) != self.num_layers:
+            raise ValueError(f"{len(layers)} layers for a cache of {self.num_layers}")
+        lengths = {int(l["keys"].shape[-2]) for l in layers}
+        if len(lengths) != 1:
+            raise ValueError(f"layers of different lengths: {sorted(lengths)}")
+        (length,) = lengths
+        capacities = capacities or [length] * len(layers)
+        for layer, held, capacity in zip(self.stream_layers, layers, capacities, strict=True):
+            keys, values = held["keys"], held["values"]
+            layer.keys = keys.new_empty((*keys.shape[:2], max(capacity, length), keys.shape[-1]))
+            layer.values = values.new_empty((*values.shape[:2], max(capacity, length), values.shape[-1]))
+            layer.keys[:, :, :length] = keys
+            layer.values[:, :, :length] = values
+            layer.device = keys.device
+            layer.is_initialized = True
+            layer.length = length
+            layer.meta = TokenMeta(*(held[k].to(keys.device) for k in ("kind", "token_id", "frame", "patch", "positions")))
+        self.next_id = int(next_id)

@@ -98,3 +98,19 @@ class PositionTracker:
             self.clock = VideoClock(p, p, units_seen - distinct_units, self.clock.interval)
         else:
             self.clock = VideoClock(p + distinct_units, p, units_seen, self.clock.interval)
+
+    # -- snapshots ------------------------------------------------------------------------------
+    def state(self) -> dict:
+        """What this tracker adds to the cache's positions (JSON-ready): the clock, the re-index count."""
+        c = self.clock
+        return {
+            "clock": {"t_origin": int(c.t_origin), "hw_origin": int(c.hw_origin),
+                      "unit_origin": int(c.unit_origin), "interval": float(c.interval)},
+            "reindex_count": int(self.reindex_count),
+        }
+
+    def restore(self, state: dict) -> None:
+        """Take back a ``state()`` (the cache's positions come with the cache)."""
+        c = state["clock"]
+        self.clock = VideoClock(int(c["t_origin"]), int(c["hw_origin"]), int(c["unit_origin"]), float(c["interval"]))
+        self.reindex_count = int(state["reindex_count"])

@@ -254,6 +254,33 @@ class Session:
                 if done and (self.config.history or self.config.pseudo_query_history):
                     self.history.append((answer.question, answer.text))
 
+    # -- snapshots (see engine/snapshot.py) ------------------------------------------------------
+    def stream_state(self) -> dict:
+        """The stream's counters, conversation and queued frames (copies; call under ``lock``).
+
+        Frames of a chunk already prefilled are never reported as queued, even in the moment
+        between the prefill and ``ingest`` emptying its queue (another thread may save then).
+        """
+        pending = [(f.copy(), t) for f, t in list(self._pending)]
+        if self.frames_seen and pending and pending[0][1] <= self.stream_time_s:
+            pending = []  # the queue of a chunk already in the memory
+        return {
+            "frames_seen": self.frames_seen, "units_seen": self.units_seen, "unit_times": list(self.unit_times),
+            "stream_time_s": self.stream_time_s, "compressions": self.compressions,
+            "tokens_per_unit": self._tokens_per_unit, "history": [list(t) for t in self.history],
+            "warnings": list(self.warnings), "pending": pending,
+        }
+
+    def restore_stream_state(self, state: dict) -> None:
+        """Take back a ``stream_state()`` (call under ``lock``, with the cache and positions restored)."""
+        self.frames_seen, self.units_seen = int(state["frames_seen"]), int(state["units_seen"])
+        self.unit_times = [float(t) for t in state["unit_times"]]
+        self.stream_time_s, self.compressions = float(state["stream_time_s"]), int(state["compressions"])
+        self._tokens_per_unit = state["tokens_per_unit"]
+        self.history = [(q, a) for q, a in state["history"]]
+        self.warnings = list(state["warnings"])
+        self._pending = [(np.asarray(f), float(t)) for f, t in state["pending"]]
+
     # -- readouts -----------------------------------------------------------------------------
     def stats(self) -> SessionStats:
         """What the readouts and ``--json`` report (a consistent snapshot: taken under the lock)."""

@@ -1,0 +1,220 @@
+"""Memory snapshots on the command line: ``--memory``, ``--save-memory``, ``--autosave``.
+
+``MemoryRun`` is what ``watch`` and ``chat`` call: it reads a snapshot before the model loads
+(a damaged file fails at once), fills the settings the user did not give from it, restores it
+into the new session, makes the source continue the stream, autosaves between frames and
+saves at the end. Every problem is a one-line ``UserError`` (exit code 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .console import UserError, note
+from .factory import SessionSettings
+
+if TYPE_CHECKING:
+    from ..engine.snapshot import Autosaver
+
+# Options whose value comes from the snapshot unless given on the command line.
+FROM_SNAPSHOT = ("model", "dtype", "policy", "policy_opt", "budget", "fps", "chunk", "reindex", "pseudo_query",
+                 "system")
+DTYPE_FLAGS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def given_options(ctx) -> set[str]:
+    """Parameters of the running command set on the command line or from the environment."""
+    # By name: typer ships its own copy of click, with its own ParameterSource enum.
+    return {name for name in ctx.params
+            if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")}
+
+
+def source_id(spec: str, webcam: bool = False) -> str:
+    """How a snapshot names its stream: a file's absolute path, else the spec as given."""
+    if webcam:
+        return f"webcam:{spec}"
+    path = Path(spec).expanduser()
+    return str(path.resolve()) if path.exists() else spec
+
+
+def _option_text(value) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else repr(value) if isinstance(value, float) else str(value)
+
+
+@dataclass
+class MemoryRun:
+    """The snapshot options of one command."""
+
+    load: str | None = None
+    save: str | None = None
+    autosave: str | None = None
+    autosave_every: str = "60s"
+    accept_policy: bool = False
+    convert: bool = False
+    quiet: bool = False
+
+    def __post_init__(self) -> None:
+        from ..app.streaming import parse_time
+
+        try:
+            self.every_s = parse_time(self.autosave_every)
+        except ValueError as exc:
+            raise UserError(f"--autosave-every: {exc}") from None
+        for option, path in (("--save-memory", self.save), ("--autosave", self.autosave)):
+            if path is not None and not Path(path).expanduser().parent.is_dir():
+                raise UserError(f"{option} {path}: folder {Path(path).expanduser().parent} does not exist")
+        self.snapshot = None
+        self.autosaver: Autosaver | None = None
+        self.session = None
+        self.source: str | None = None
+        if self.load is not None:
+            from ..engine.snapshot import SnapshotError, read
+
+            try:
+                self.snapshot = read(Path(self.load).expanduser())
+            except SnapshotError as exc:
+                raise UserError(str(exc)) from None
+
+    @property
+    def active(self) -> bool:
+        return any((self.load, self.save, self.autosave))
+
+    def settings(self, settings: SessionSettings, given: set[str]) -> SessionSettings:
+        """``settings`` with what was not ``given`` taken from the snapshot (model, dtype, policy,
+        its parameters, budget, fps, chunk, re-indexing, pseudo-query, system prompt)."""
+        snap = self.snapshot
+        if snap is None:
+            return settings
+        config, policy = snap.state["config"], snap.state["policy"]
+        model, memory, answers = settings.model, settings.memory, settings.answers
+        if "model" not in given:
+            model = dataclasses.replace(model, model=snap.model_name)
+        if "dtype" not in given:
+            model = dataclasses.replace(model, dtype=DTYPE_FLAGS.get(snap.dtype, snap.dtype))
+        changes: dict = {}
+        if "policy" not in given:
+            changes["policy"] = policy["name"]
+            changes["policy_opts"] = (*(f"{k}={_option_text(v)}" for k, v in policy["parameters"].items()),
+                                      *memory.policy_opts)
+        pairs = (("budget", "budget"), ("fps", "fps"), ("chunk", "chunk_frames"), ("reindex", "reindex"),
+                 ("pseudo_query", "pseudo_query"))
+        for option, key in pairs:
+            if option not in given and config.get(key) is not None:
+                changes[option] = config[key]
+        memory = dataclasses.replace(memory, **changes)
+        if "system" in given and answers.system != config["system_prompt"]:
+            raise UserError("--system differs from the snapshot's system prompt, which is part of its memory: "
+                            "leave --system out to keep it")
+        answers = dataclasses.replace(answers, system=config["system_prompt"])
+        return SessionSettings(model, memory, answers)
+
+    def attach(self, session, frames, source: str | None):
+        """Restore the snapshot into ``session`` and return the frames to stream: a file the
+        snapshot came from resumes after its last frame; another source continues the stream
+        time (after the snapshot's queued frames are flushed: its stream ended). With
+        --autosave, the session is saved between frames."""
+        from ..engine.snapshot import Autosaver, SnapshotError, check_fits, restore, set_destination
+
+        self.session, self.source = session, source
+        snap = self.snapshot
+        if snap is not None:
+            try:
+                check_fits(snap, session, accept_policy=self.accept_policy, convert_dtype=self.convert)
+                restore(snap, session, convert_dtype=self.convert)
+            except SnapshotError as exc:
+                raise UserError(str(exc)) from None
+            if not self.quiet:
+                s = session.stats()
+                note(f"memory from {snap.path}: {s.frames_seen} frames ({s.stream_time_s:.1f}s), "
+                     f"{s.cache.tokens} tokens/layer, {len(session.history)} turns")
+        set_destination(session, self.save or self.autosave, source)
+        if self.autosave is not None:
+            self.autosaver = Autosaver(session, Path(self.autosave).expanduser(), self.every_s, source=source)
+        if frames is None:
+            return NoFrames()
+        skip, offset = None, 0.0
+        consumed = None if snap is None else snap.consumed_until_s
+        if consumed is not None:
+            if snap is not None and source is not None and source == snap.source and not getattr(frames, "is_live", False):
+                skip = consumed
+            else:  # another stream: the snapshot's ended, so its queued frames go in now
+                session.flush()
+                offset = consumed + 1.0 / session.config.fps
+        if skip is None and not offset and self.autosaver is None:
+            return frames
+        return ContinuedFrames(frames, skip_until_s=skip, offset_s=offset,
+                               after_frame=self.autosaver.tick if self.autosaver else None)
+
+    def finish(self) -> None:
+        """At the end of the stream (or when the prompt closes): --save-memory, and a last autosave."""
+        from ..engine.snapshot import SnapshotError, save
+
+        if self.session is None:
+            return
+        for path in dict.fromkeys(p for p in (self.save, self.autosave) if p is not None):
+            try:
+                report = save(self.session, Path(path).expanduser(), source=self.source)
+            except SnapshotError as exc:
+                raise UserError(str(exc)) from None
+            if not self.quiet:
+                note(f"memory saved to {report.path} ({report.bytes / 2**20:.1f} MiB)")
+
+
+class ContinuedFrames:
+    """A frame source seen through a restored stream: frames up to ``skip_until_s`` are dropped
+    (they are in the memory already), the rest shifted by ``offset_s``; ``after_frame`` runs
+    once each frame handed out has been taken in (before the next is handed out, and at the end)."""
+
+    def __init__(self, frames, *, skip_until_s: float | None = None, offset_s: float = 0.0, after_frame=None):
+        self._frames = frames
+        self.skip_until_s = skip_until_s
+        self.offset_s = offset_s
+        self.after_frame = after_frame
+        self.skipped = 0
+
+    def __iter__(self):
+        handed = False
+        for frame in self._frames:
+            if self.skip_until_s is not None and frame.timestamp <= self.skip_until_s + 1e-9:
+                self.skipped += 1
+                continue
+            if handed and self.after_frame is not None:
+                self.after_frame()
+            handed = True
+            yield dataclasses.replace(frame, timestamp=frame.timestamp + self.offset_s) if self.offset_s else frame
+        if handed and self.after_frame is not None:
+            self.after_frame()
+
+    def __getattr__(self, name):
+        return getattr(self._frames, name)
+
+    def __enter__(self):
+        self._frames.__enter__()
+        return self
+
+    def __exit__(self, *exc_info):
+        return self._frames.__exit__(*exc_info)
+
+
+class NoFrames:
+    """No stream at all: the prompt works on the loaded memory alone."""
+
+    is_live = False
+    duration_s = None
+    stats = None
+    name = "memory"
+
+    def __iter__(self):
+        return iter(())
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        return None
