@@ -22,10 +22,11 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
+from typing import cast
 
 import av
 import av.error
@@ -423,7 +424,7 @@ class FrameSource:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _sampled_frames(self) -> Iterator[Frame]:
+    def _sampled_frames(self) -> Generator[Frame, None, None]:
         """Decode, sample and convert frames, paced at real time when asked; closes the
         container when done (in the thread that reads it)."""
         try:
@@ -446,7 +447,7 @@ class FrameSource:
             if av_frame is None:  # a live source dropped: settle its last frame as at an end
                 for frame_time, chosen_frame in sampler.finish():
                     self._stats.frames_sampled += 1
-                    yield Frame(_upright_rgb(chosen_frame), float(frame_time), self._stats.frames_sampled - 1)
+                    yield Frame(_upright_rgb(cast(av.VideoFrame, chosen_frame)), float(frame_time), self._stats.frames_sampled - 1)
                     if self._max_frames is not None and self._stats.frames_sampled >= self._max_frames:
                         return
                 continue
@@ -456,7 +457,10 @@ class FrameSource:
             if av_frame.pts is None:  # rare (raw streams): continue the clock at the nominal rate
                 timestamp = self._clock.advance(1 / exact_rate(self._stream.guessed_rate or 25))
             else:
-                timestamp = self._clock.time(av_frame.pts, av_frame.time_base or self._stream.time_base)
+                time_base = av_frame.time_base or self._stream.time_base
+                if time_base is None:
+                    raise SourceError(f"{self.name}: the video stream has no time base — cannot place its frames in time")
+                timestamp = self._clock.time(av_frame.pts, time_base)
             last_timestamp = timestamp
             if self._clock.jumps_back == 1 and not self._said_jump_back:
                 self._said_jump_back = True
@@ -473,7 +477,7 @@ class FrameSource:
                     elif self._stop.wait(max(0.0, clock_origin + float(frame_time) - time.monotonic())):
                         return
                 self._stats.frames_sampled += 1
-                yield Frame(_upright_rgb(chosen_frame), float(frame_time), self._stats.frames_sampled - 1)
+                yield Frame(_upright_rgb(cast(av.VideoFrame, chosen_frame)), float(frame_time), self._stats.frames_sampled - 1)
                 if self._max_frames is not None and self._stats.frames_sampled >= self._max_frames:
                     return
             if sampler.done:
@@ -482,7 +486,7 @@ class FrameSource:
             return
         for frame_time, chosen_frame in sampler.finish():
             self._stats.frames_sampled += 1
-            yield Frame(_upright_rgb(chosen_frame), float(frame_time), self._stats.frames_sampled - 1)
+            yield Frame(_upright_rgb(cast(av.VideoFrame, chosen_frame)), float(frame_time), self._stats.frames_sampled - 1)
         if self._stats.frames_sampled == 0:
             raise SourceError(self._no_frames_message())
         self._check_complete(float(last_timestamp))
@@ -490,6 +494,7 @@ class FrameSource:
     def _resume_clock(self) -> None:
         """First frame after a reconnect: the clock jumps by the wall time since the last frame
         (at least one frame interval), and the gap is counted."""
+        assert self._gap is not None, "resuming the clock without a gap"
         last_frame_at, drop = self._gap
         self._gap = None
         now = time.monotonic()
@@ -509,7 +514,7 @@ class FrameSource:
         count from (the stream's start), or None when not seeking (timestamps then count from
         the first decoded frame, which is the same instant for a file read from its start)."""
         stream = self._stream
-        if self._live or self._start_s < SEEK_FROM_S or stream.start_time is None:
+        if self._live or self._start_s < SEEK_FROM_S or stream.start_time is None or stream.time_base is None:
             return None
         target = stream.start_time + int(self._start_s / stream.time_base)
         try:
@@ -572,6 +577,7 @@ class FrameSource:
                 yield packet
             if self._stop.is_set() or (error is None and not self._live):
                 return
+            drop = drop or "the stream ended"
             yield None
             if self._reconnect_s <= 0:
                 if error is None:
@@ -653,7 +659,7 @@ class _StoppableIterator:
     inside next() at that moment, the generator is left to stop by itself (it watches the
     source's stop flag) and run its own cleanup."""
 
-    def __init__(self, frames: Iterator[Frame]) -> None:
+    def __init__(self, frames: Generator[Frame, None, None]) -> None:
         self._frames = frames
         self._running = threading.Lock()
 
@@ -981,7 +987,7 @@ def _video_stream(container: av.container.InputContainer, target: _Target) -> av
 
 
 def _duration_s(container: av.container.InputContainer, stream: av.VideoStream) -> float | None:
-    if stream.duration is not None:
+    if stream.duration is not None and stream.time_base is not None:
         return float(stream.duration * stream.time_base)
     if container.duration is not None:
         return container.duration / av.time_base

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .base import LayerChoice, LayerTokens, Policy, StreamState, Summary
 from .fifo import FifoPolicy
 from .full import FullPolicy
@@ -25,7 +27,8 @@ def make_policy(name: str, **options) -> Policy:
         if key not in known:
             raise ValueError(f"policy {name!r} has no parameter {key!r} (parameters: {', '.join(known) or 'none'})")
         check_type(name, key, known[key].default, value)
-        values[key] = type(known[key].default)(value)  # an int given for a float becomes a float
+        convert: Any = type(known[key].default)
+        values[key] = convert(value)  # an int given for a float becomes a float
     return cls(**values)
 
 

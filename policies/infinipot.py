@@ -103,6 +103,7 @@ class InfiniPotPolicy(Policy):
         target = self.target(state.budget)
         if at_rest(self, state):
             return keep_all(state)
+        assert target is not None, "select runs only under a budget"
         choices = []
         for index, layer in enumerate(state.layers):
             cap = layer.n if self.profile == "reference" else state.budget

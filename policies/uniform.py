@@ -38,6 +38,7 @@ class UniformPolicy(Policy):
         target = self.target(state.budget, state.tokens_per_frame)
         if at_rest(self, state):
             return keep_all(state)
+        assert target is not None, "select runs only under a budget"
         held = frames_held(state.layers[0])
         chosen = evenly_spaced_frames(held, target // state.tokens_per_frame)
         return [LayerChoice(keep_frames(layer, chosen, state.tokens_per_frame, target)) for layer in state.layers]

@@ -277,7 +277,7 @@ def _print_dry_run(aset, questions, jobs, protocol, json_out, out) -> None:
     from collections import Counter
 
     selected = {q.qid for q in questions}
-    missing_q = Counter()
+    missing_q: Counter[str] = Counter()
     missing_videos = 0
     for job in jobs:
         if job.path is None:

@@ -193,7 +193,7 @@ def _video(i: int, entry, set_name: str, problems: list[Problem], ids: Counter) 
     for k, conv in enumerate(conversations):
         q = _question(video, k, conv, f"{where}, question {k}", problems, unique)
         if q is not None:
-            q.task = _task(conv) if isinstance(conv, dict) and _task(conv) else (video_task or set_name)
+            q.task = (_task(conv) if isinstance(conv, dict) else None) or video_task or set_name
             video.questions.append(q)
     return video if video.questions else None
 
@@ -272,7 +272,8 @@ def _choices(conv: dict, where: str, problems: list[Problem]) -> list[str] | Non
 def _embedded_choices(text: str) -> tuple[str, list[str]]:
     """Split ``"Q?\\n(A) x\\n(B) y"`` into ("Q?", ["x", "y"]); no options → (text, [])."""
     lines = text.splitlines()
-    options, first = [], None
+    options: list[str] = []
+    first = None
     for n, line in enumerate(lines):
         m = _EMBEDDED.match(line)
         if m and (m.group(1) or m.group(2)) == LETTERS[len(options)]:
@@ -301,9 +302,10 @@ def _answer_letter(raw, choices: list[str]) -> str | None:
     if len(text) == 1 and text.upper() in LETTERS[:n]:
         return text.upper()
     marker, rest = strip_marker(text)
-    if marker is not None and marker in LETTERS[:n]:
-        if not rest or normalize(rest) == normalize(choices[LETTERS.index(marker)]):
-            return marker
+    if marker is not None and marker in LETTERS[:n] and (
+        not rest or normalize(rest) == normalize(choices[LETTERS.index(marker)])
+    ):
+        return marker
     if re.fullmatch(r"\(?([A-Z])\)?\.?", text) and text.strip("().") in LETTERS[:n]:
         return text.strip("().")
     if text.isdigit() and 0 <= int(text) < n:

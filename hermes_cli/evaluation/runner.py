@@ -25,6 +25,7 @@ import statistics
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path, PurePath
+from typing import TYPE_CHECKING, TextIO
 
 from .. import defaults
 from .annotations import AnnotationSet, Question, Video
@@ -33,6 +34,9 @@ from .answers import LENIENT_THRESHOLD, format_question, lenient_match, parse_le
 PROTOCOLS = ("streaming", "offline")
 MC_MAX_NEW_TOKENS = 16
 OPEN_MAX_NEW_TOKENS = 128
+
+if TYPE_CHECKING:
+    from ..engine.session import Session
 
 
 class EvalError(Exception):
@@ -133,7 +137,7 @@ class VideoFinder:
     def _by_name(self) -> dict[str, list[Path]]:
         if self._index is None:
             self._index = {}
-            if self.videos_dir.is_dir():
+            if self.videos_dir is not None and self.videos_dir.is_dir():
                 for path in sorted(self.videos_dir.rglob("*")):
                     if path.is_file():
                         self._index.setdefault(path.name, []).append(path)
@@ -146,7 +150,7 @@ def read_results(path: str | Path | None) -> list[dict]:
     if path is None or not Path(path).exists():
         return []
     records = []
-    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines()):
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
         if not line.strip():
             continue
         try:
@@ -168,7 +172,7 @@ def write_results(path: Path, records: list[dict]) -> None:
 def check_resumable(records: list[dict], settings: EvalSettings, output: Path | None) -> None:
     mine = settings.fingerprint()
     for r in records:
-        theirs = r.get("settings")
+        theirs = r.get("settings") or {}
         if theirs != mine:
             diff = ", ".join(
                 f"{k}={theirs.get(k)!r} (now {v!r})" for k, v in mine.items() if not isinstance(theirs, dict) or theirs.get(k) != v
@@ -288,8 +292,8 @@ def plan_jobs(aset: AnnotationSet, questions: list[Question], finder: VideoFinde
             job.videos.append(video)
         job.questions.append(q)
     for video in aset.videos:
-        if (job := jobs.get(key(video))) is not None:
-            job.flush_times.extend(q.end_s for q in video.questions if q.end_s is not None)
+        if (owner := jobs.get(key(video))) is not None:
+            owner.flush_times.extend(q.end_s for q in video.questions if q.end_s is not None)
     for job in jobs.values():
         job.flush_times = sorted(set(job.flush_times))
     return list(jobs.values())
@@ -315,7 +319,7 @@ def run_eval(
     aset: AnnotationSet,
     questions: list[Question],
     settings: EvalSettings,
-    session_factory: Callable[[], object],
+    session_factory: Callable[[], Session],
     *,
     finder: VideoFinder,
     output: Path | None = None,
@@ -328,10 +332,6 @@ def run_eval(
     Returns all records of the selected questions (earlier and new) and a report of this run.
     ``session_factory`` gives a fresh session per stream; it is not called when nothing is left.
     """
-    from ..app.streaming import TimedQuestion, run_stream
-    from ..engine.positions import PositionLimitError
-    from ..sources import SourceError
-
     if settings.protocol not in PROTOCOLS:
         raise EvalError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {settings.protocol!r}")
     selected = {q.qid for q in questions}
@@ -343,74 +343,103 @@ def run_eval(
     report = RunReport(skipped_done=len(done))
     progress = on_progress or (lambda n, info: None)
     videos = {v.index: v for v in aset.videos}
-    sink = None
-    if output is not None:
-        torn = output.exists() and output.stat().st_size > 0 and not output.read_bytes().endswith(b"\n")
-        sink = open(output, "a", encoding="utf-8")
-        if torn:  # a run killed mid-line: end that line so the next record starts on its own
-            sink.write("\n")
-    try:
+    with ResultsFile(output) as sink:
+        def keep(record: dict) -> None:
+            all_records.append(record)
+            report.answered += 1
+            sink.write(record)
+            if on_record:
+                on_record(record)
+
         for job in plan_jobs(aset, questions, finder):
-            path, vids = job.path, job.videos
             pending = [q for q in job.questions if q.qid not in done]
-            if not pending:
-                continue
-            names = ", ".join(v.video_id for v in vids)
-            if path is None:
-                report.missing_videos.append(vids[0].video_path)
-                report.missing_questions += len(pending)
-                progress(len(pending), f"missing video {PurePath(vids[0].video_path).name}")
-                continue
-            video = vids[0]
-            if settings.protocol == "streaming":
-                timed = sorted((q for q in pending if q.end_s is not None), key=lambda q: q.end_s)
-                order = timed + [q for q in pending if q.end_s is None]
-                # stop after the last question owed; untimed questions wait for the clip's end
-                end = timed[-1].end_s if len(timed) == len(pending) else video.clip_end_s
-                asks = [TimedQuestion(format_question(q.question, q.choices), q.end_s) for q in order]
-            else:
-                order, end = pending, video.clip_end_s
-                asks = [TimedQuestion(format_question(q.question, q.choices)) for q in order]
-            asked = 0
-            frames = None
-            try:
-                frames = open_frames(path, video, settings, end)
-                session = session_factory()
-                session.config = replace(session.config, max_new_tokens=settings.max_new_tokens or (
-                    MC_MAX_NEW_TOKENS if all(q.multiple_choice for q in order) else OPEN_MAX_NEW_TOKENS
-                ))
-                source_duration = getattr(frames, "duration_s", None)
-
-                def on_answer(result):
-                    nonlocal asked
-                    q = order[asked]
-                    asked += 1
-                    record = make_record(q, videos[q.video_index], path, result, settings, source_duration)
-                    all_records.append(record)
-                    report.answered += 1
-                    if sink is not None:
-                        sink.write(json.dumps(record, ensure_ascii=False) + "\n")
-                        sink.flush()
-                    if on_record:
-                        on_record(record)
-                    progress(1, f"{names} @ {result.answer.stream_time_s:.0f}s")
-
-                with frames:
-                    stream = flushed_at(frames, session, job.flush_times) if settings.protocol == "streaming" else frames
-                    run_stream(session, stream, asks, on_answer=on_answer)
-                for warning in getattr(getattr(frames, "stats", None), "warnings", []) or []:
-                    report.warnings.append(warning)
-            except (SourceError, PositionLimitError, ValueError, OSError) as exc:
-                left = len(order) - asked
-                report.failed_videos.append({"video_id": names, "path": str(path), "error": str(exc), "questions_lost": left})
-                report.failed_questions += left
-                progress(left, f"failed: {names}")
-    finally:
-        if sink is not None:
-            sink.close()
+            if pending:
+                run_job(job, pending, videos, settings, session_factory, keep, report, progress)
     order_of = {q.qid: i for i, q in enumerate(questions)}
     all_records.sort(key=lambda r: order_of.get(r["qid"], len(order_of)))
     return all_records, report
+
+
+class ResultsFile:
+    """The results JSONL opened for appending (nothing when ``path`` is None); one line per record,
+    flushed at once. A line torn by a killed run is ended first, so the next record starts clean."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.file: TextIO | None = None
+
+    def __enter__(self) -> ResultsFile:
+        if self.path is not None:
+            path = self.path
+            torn = path.exists() and path.stat().st_size > 0 and not path.read_bytes().endswith(b"\n")
+            self.file = path.open("a", encoding="utf-8")
+            if torn:
+                self.file.write("\n")
+        return self
+
+    def write(self, record: dict) -> None:
+        if self.file is not None:
+            self.file.write(json.dumps(record, ensure_ascii=False) + "\n")
+            self.file.flush()
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.file is not None:
+            self.file.close()
+
+
+def run_job(job: Job, pending: list[Question], videos: dict[int, Video], settings: EvalSettings,
+            session_factory: Callable[[], Session], keep: Callable[[dict], None], report: RunReport,
+            progress: Callable[[int, str], None]) -> None:
+    """Stream one video and answer its pending questions; ``keep`` each record as it comes.
+
+    A missing video or a failing stream is counted in ``report`` with the questions it costs.
+    """
+    from ..app.streaming import TimedQuestion, run_stream
+    from ..engine.positions import PositionLimitError
+    from ..sources import SourceError
+
+    path, vids = job.path, job.videos
+    names = ", ".join(v.video_id for v in vids)
+    if path is None:
+        report.missing_videos.append(vids[0].video_path)
+        report.missing_questions += len(pending)
+        progress(len(pending), f"missing video {PurePath(vids[0].video_path).name}")
+        return
+    video = vids[0]
+    if settings.protocol == "streaming":
+        timed = sorted((q for q in pending if q.end_s is not None), key=lambda q: q.end_s or 0.0)
+        order = timed + [q for q in pending if q.end_s is None]
+        # stop after the last question owed; untimed questions wait for the clip's end
+        end = timed[-1].end_s if len(timed) == len(pending) else video.clip_end_s
+        asks = [TimedQuestion(format_question(q.question, q.choices), q.end_s) for q in order]
+    else:
+        order, end = pending, video.clip_end_s
+        asks = [TimedQuestion(format_question(q.question, q.choices)) for q in order]
+    asked = 0
+    try:
+        frames = open_frames(path, video, settings, end)
+        session = session_factory()
+        session.config = replace(session.config, max_new_tokens=settings.max_new_tokens or (
+            MC_MAX_NEW_TOKENS if all(q.multiple_choice for q in order) else OPEN_MAX_NEW_TOKENS
+        ))
+        source_duration = getattr(frames, "duration_s", None)
+
+        def on_answer(result) -> None:
+            nonlocal asked
+            q = order[asked]
+            asked += 1
+            keep(make_record(q, videos[q.video_index], path, result, settings, source_duration))
+            progress(1, f"{names} @ {result.answer.stream_time_s:.0f}s")
+
+        with frames:
+            stream = flushed_at(frames, session, job.flush_times) if settings.protocol == "streaming" else frames
+            run_stream(session, stream, asks, on_answer=on_answer)
+        report.warnings.extend(getattr(getattr(frames, "stats", None), "warnings", []) or [])
+    except (SourceError, PositionLimitError, ValueError, OSError) as exc:
+        left = len(order) - asked
+        report.failed_videos.append({"video_id": names, "path": str(path), "error": str(exc), "questions_lost": left})
+        report.failed_questions += left
+        progress(left, f"failed: {names}")
 
 
 def make_record(q: Question, video: Video, path: Path, result, settings: EvalSettings, source_duration: float | None) -> dict:
@@ -446,7 +475,7 @@ def make_record(q: Question, video: Video, path: Path, result, settings: EvalSet
     if q.extras:
         record["extras"] = q.extras
     if q.multiple_choice:
-        record["parsed_letter"] = parse_letter(prediction, q.choices)
+        record["parsed_letter"] = parse_letter(prediction, q.choices or [])
         if q.answer_letter is not None:
             record["correct"] = record["parsed_letter"] == q.answer_letter
     elif q.answer:
