@@ -32,6 +32,8 @@ import av
 import av.error
 import numpy as np
 
+from .frames import Frame, SourceStats
+
 __all__ = [
     "Frame",
     "FrameSampler",
@@ -64,32 +66,6 @@ RECONNECT_FIRST_DELAY_S = 0.25
 RECONNECT_MAX_DELAY_S = 2.0
 MPEGTS_PTS_BITS = 33  # MPEG-TS timestamps: 33 bits at 90 kHz, wrapping after ~26.5 h
 RATE_DENOMINATOR = 1_000_000  # a float fps is read as the nearest fraction with this denominator
-
-
-@dataclass(frozen=True, eq=False)  # compared by identity: images are arrays
-class Frame:
-    """One sampled frame: `image` is (H, W, 3) uint8 RGB, upright (rotation metadata applied);
-    `timestamp` is seconds since the stream's first frame; `index` counts sampled frames from 0
-    (a live source's dropped frames leave gaps)."""
-
-    image: np.ndarray
-    timestamp: float
-    index: int
-
-
-@dataclass
-class SourceStats:
-    """Counters of a source, updated while it is read."""
-
-    frames_decoded: int = 0  # every frame the decoder produced
-    frames_sampled: int = 0  # frames picked at the target fps (delivered or dropped)
-    frames_dropped: int = 0  # sampled frames a live source discarded because the consumer lagged
-    packets_skipped: int = 0  # packets whose data could not be decoded
-    gaps: int = 0  # times a live source dropped and came back (reconnected)
-    gap_s: float = 0.0  # stream seconds those gaps lasted, in total
-    frames_lost: int = 0  # samples the gaps cost: round(gap × effective fps) − 1 per gap
-    reconnecting: bool = False  # a live source is trying to reconnect right now
-    warnings: list[str] = field(default_factory=list)
 
 
 class SourceError(Exception):

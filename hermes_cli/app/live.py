@@ -28,6 +28,7 @@ from ..engine.cache import KIND_VIDEO
 from ..engine.records import SessionStats
 from ..engine.session import Session
 from ..engine.worker import SessionWorker, WorkerStopped
+from ..frames import FrameSource, as_source
 
 HELP = """\
 Ask anything about the stream; answers come from the memory as it is now.
@@ -57,11 +58,11 @@ class Ingestor:
     backlog.
     """
 
-    def __init__(self, session: Session | SessionWorker, frames: Iterable, notify: Callable[[str], None], *,
+    def __init__(self, session: Session | SessionWorker, frames: FrameSource | Iterable, notify: Callable[[str], None], *,
                  pace: bool = False) -> None:
         self.worker = session if isinstance(session, SessionWorker) else SessionWorker(session)
         self.session = self.worker.session  # its settings only: the worker owns its state
-        self.frames = frames
+        self.frames = as_source(frames)
         self.notify = notify
         self.pace = pace
         self.stopping = threading.Event()
@@ -91,7 +92,7 @@ class Ingestor:
     @property
     def live(self) -> bool:
         """Frames arrive at real time (a live source, or a paced file)."""
-        return self.pace or bool(getattr(self.frames, "is_live", False))
+        return self.pace or self.frames.is_live
 
     def pause(self) -> None:
         """Stop ingesting (and the pacing clock); returns once no chunk is in flight."""
@@ -175,9 +176,7 @@ class Ingestor:
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop ingesting and the worker (the chunk in flight finishes), release the source, join."""
         self.stopping.set()
-        close = getattr(self.frames, "close", None)
-        if close is not None:
-            close()
+        self.frames.close()
         self.worker.stop(timeout_s)
         if self.thread.ident is not None:
             self.thread.join(timeout_s)
@@ -185,7 +184,7 @@ class Ingestor:
     @property
     def lag_s(self) -> float | None:
         """How far a live source's ingested stream time trails the wall clock (None for files)."""
-        if not getattr(self.frames, "is_live", False) or not self.snapshot.frames_seen:
+        if not self.frames.is_live or not self.snapshot.frames_seen:
             return None
         return max(0.0, time.monotonic() - self.started - self.snapshot.stream_time_s)
 
@@ -236,8 +235,7 @@ def toolbar_text(ingestor: Ingestor, width: int | None = None) -> str:
     s = ingestor.snapshot
     session = ingestor.session
     cache, mem = s.cache, s.memory
-    stats = getattr(ingestor.frames, "stats", None)
-    dropped = getattr(stats, "frames_dropped", 0)
+    dropped = ingestor.frames.stats.frames_dropped
     state = ingestor.state
     t = max(s.stream_time_s, ingestor.last_read_s)
     budget = cache.budget if cache.budget is not None else "∞"
@@ -327,7 +325,7 @@ def memory_timeline(session: Session, width: int = 48) -> str:
 class Assistant:
     """The interactive prompt over a running ``Ingestor``."""
 
-    def __init__(self, session: Session, frames: Iterable, *, input=None, output=None,
+    def __init__(self, session: Session, frames: FrameSource | Iterable, *, input=None, output=None,
                  history_file: Path | None = None, write: Callable[[str], None] | None = None,
                  pace: bool = False) -> None:
         self.session = session
@@ -457,7 +455,7 @@ class LineAssistant(Assistant):
     an answer (``--json``). End of input (or /quit) stops the stream and returns.
     """
 
-    def __init__(self, session: Session, frames: Iterable, *, write: Callable[[str], None] | None = None,
+    def __init__(self, session: Session, frames: FrameSource | Iterable, *, write: Callable[[str], None] | None = None,
                  notice: Callable[[str], None] | None = None, prompt: Callable[[], None] | None = None,
                  emit: Callable[[object], None] | None = None, pace: bool = False) -> None:
         super().__init__(session, frames, write=write, pace=pace)

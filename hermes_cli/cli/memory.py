@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..frames import FrameSource, IterableSource, SourceStats
 from .console import UserError, note
 from .factory import SessionSettings
 
@@ -134,11 +135,11 @@ class MemoryRun:
         if self.autosave is not None:
             self.autosaver = Autosaver(session, Path(self.autosave).expanduser(), self.every_s, source=source)
         if frames is None:
-            return NoFrames()
+            return no_frames()
         skip, offset = None, 0.0
         consumed = None if snap is None else snap.consumed_until_s
         if consumed is not None:
-            if snap is not None and source is not None and source == snap.source and not getattr(frames, "is_live", False):
+            if snap is not None and source is not None and source == snap.source and not frames.is_live:
                 skip = consumed
             else:  # another stream: the snapshot's ended, so its queued frames go in now
                 session.flush()
@@ -168,7 +169,8 @@ class ContinuedFrames:
     (they are in the memory already), the rest shifted by ``offset_s``; ``after_frame`` runs
     once each frame handed out has been taken in (before the next is handed out, and at the end)."""
 
-    def __init__(self, frames, *, skip_until_s: float | None = None, offset_s: float = 0.0, after_frame=None):
+    def __init__(self, frames: FrameSource, *, skip_until_s: float | None = None, offset_s: float = 0.0,
+                 after_frame=None):
         self._frames = frames
         self.skip_until_s = skip_until_s
         self.offset_s = offset_s
@@ -188,30 +190,35 @@ class ContinuedFrames:
         if handed and self.after_frame is not None:
             self.after_frame()
 
-    def __getattr__(self, name):
-        return getattr(self._frames, name)
+    @property
+    def name(self) -> str:
+        return self._frames.name
 
-    def __enter__(self):
-        self._frames.__enter__()
-        return self
+    @property
+    def is_live(self) -> bool:
+        return self._frames.is_live
 
-    def __exit__(self, *exc_info):
-        return self._frames.__exit__(*exc_info)
+    @property
+    def duration_s(self) -> float | None:
+        return self._frames.duration_s
 
-
-class NoFrames:
-    """No stream at all: the prompt works on the loaded memory alone."""
-
-    is_live = False
-    duration_s = None
-    stats = None
-    name = "memory"
-
-    def __iter__(self):
-        return iter(())
+    @property
+    def stats(self) -> SourceStats:
+        return self._frames.stats
 
     def close(self) -> None:
-        pass
+        self._frames.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def no_frames() -> FrameSource:
+    """No stream at all: the prompt works on the loaded memory alone."""
+    return IterableSource((), name="memory")
 
     def __enter__(self):
         return self

@@ -28,6 +28,7 @@ from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, TextIO
 
 from .. import defaults
+from ..frames import Frame, FrameSource, SourceStats
 from .annotations import AnnotationSet, Question, Video
 from .answers import LENIENT_THRESHOLD, format_question, lenient_match, parse_letter
 
@@ -185,12 +186,6 @@ def check_resumable(records: list[dict], settings: EvalSettings, output: Path | 
 
 # -- frames -----------------------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
-class ArrayFrame:
-    image: object
-    timestamp: float
-    index: int
-
-
 class NpyFrames:
     """Frames stored as a (T, H, W, 3) uint8 .npy array (ReKV's RVS-Movie videos), at ``npy_fps``.
 
@@ -216,8 +211,11 @@ class NpyFrames:
         if clip_start_s is not None and clip_end_s is not None and n / npy_fps <= clip_end_s - clip_start_s + 2 / npy_fps:
             self.offset = clip_start_s
         self.duration_s = self.offset + n / npy_fps
+        self.name = path.name
+        self.is_live = False
+        self.stats = SourceStats()
 
-    def __iter__(self) -> Iterator[ArrayFrame]:
+    def __iter__(self) -> Iterator[Frame]:
         import numpy as np
 
         from ..sources import TimestampSampler
@@ -230,8 +228,11 @@ class NpyFrames:
                 return
             if t + 1e-6 < self.start_s or not sampler.take(t):
                 continue
-            yield ArrayFrame(np.ascontiguousarray(self.array[i], dtype=np.uint8), t, k)
+            yield Frame(np.ascontiguousarray(self.array[i], dtype=np.uint8), t, k)
             k += 1
+
+    def close(self) -> None:
+        pass  # the memory map is released with the array
 
     def __enter__(self):
         return self
@@ -240,7 +241,7 @@ class NpyFrames:
         pass
 
 
-def open_frames(path: Path, video: Video, settings: EvalSettings, end_s: float | None):
+def open_frames(path: Path, video: Video, settings: EvalSettings, end_s: float | None) -> FrameSource:
     """An iterable of frames (``image``, ``timestamp``) for a video, from its clip start to ``end_s``."""
     start = video.clip_start_s or 0.0
     if path.suffix.lower() == ".npy":
@@ -422,7 +423,7 @@ def run_job(job: Job, pending: list[Question], videos: dict[int, Video], setting
         session.config = replace(session.config, max_new_tokens=settings.max_new_tokens or (
             MC_MAX_NEW_TOKENS if all(q.multiple_choice for q in order) else OPEN_MAX_NEW_TOKENS
         ))
-        source_duration = getattr(frames, "duration_s", None)
+        source_duration = frames.duration_s
 
         def on_answer(result) -> None:
             nonlocal asked
@@ -434,7 +435,7 @@ def run_job(job: Job, pending: list[Question], videos: dict[int, Video], setting
         with frames:
             stream = flushed_at(frames, session, job.flush_times) if settings.protocol == "streaming" else frames
             run_stream(session, stream, asks, on_answer=on_answer)
-        report.warnings.extend(getattr(getattr(frames, "stats", None), "warnings", []) or [])
+        report.warnings.extend(frames.stats.warnings)
     except (SourceError, PositionLimitError, ValueError, OSError) as exc:
         left = len(order) - asked
         report.failed_videos.append({"video_id": names, "path": str(path), "error": str(exc), "questions_lost": left})
