@@ -88,7 +88,6 @@ def _session_after_a_stream(clip: Path):
     session.flush()
     session.answer("What is on the street?")
     ingestor = Ingestor(session, [], lambda message: None)
-    ingestor.snapshot = session.stats()
     ingestor.finished.set()
     ingestor.frames_read = session.frames_seen
     ingestor.last_read_s = session.stream_time_s

@@ -33,8 +33,13 @@ def set_debug(on: bool) -> None:
     DEBUG["on"] = on
 
 
-def set_verbosity(quiet: bool = False, verbose: bool = False) -> None:
-    """-q wins over -v; calling without flags keeps what an outer option (``hermes -q …``) set."""
+def set_verbosity(quiet: bool = False, verbose: bool = False, *, reset: bool = False) -> None:
+    """-q wins over -v; calling without flags keeps what an outer option (``hermes -q …``) set.
+
+    ``reset``: start from the normal level (each invocation of the app does, first).
+    """
+    if reset:
+        VERBOSITY["level"] = 0
     if quiet:
         VERBOSITY["level"] = -1
     elif verbose:

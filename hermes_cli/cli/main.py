@@ -45,7 +45,7 @@ def _root(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Say more about what is loaded (for every command).")] = False,
 ) -> None:
     """Defaults come from the config file (README: Configuration); options on the line win."""
-    set_verbosity(quiet, verbose)
+    set_verbosity(quiet, verbose, reset=True)
     from .config import default_map, load_config
 
     ctx.default_map = {**default_map(load_config()), **(ctx.default_map or {})}
