@@ -19,6 +19,7 @@ from .factory import SessionSettings
 
 if TYPE_CHECKING:
     from ..engine.snapshot import Autosaver
+    from .groups import SnapshotOptions
 
 # Options whose value comes from the snapshot unless given on the command line.
 FROM_SNAPSHOT = ("model", "dtype", "policy", "policy_opt", "budget", "fps", "chunk", "reindex", "pseudo_query",
@@ -56,6 +57,11 @@ class MemoryRun:
     accept_policy: bool = False
     convert: bool = False
     quiet: bool = False
+
+    @classmethod
+    def from_options(cls, options: SnapshotOptions, *, quiet: bool = False) -> MemoryRun:
+        return cls(options.memory, options.save_memory, options.autosave, options.autosave_every,
+                   options.accept_policy, options.convert_memory, quiet=quiet)
 
     def __post_init__(self) -> None:
         from ..app.streaming import parse_time

@@ -9,71 +9,36 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from .. import defaults
 from .console import Interrupted, UserError, err, out, quiet, set_debug, set_verbosity, warn
-from .factory import AnswerSettings, MemorySettings, ModelSettings, SessionSettings, build_session, open_frames
-from .memory import MemoryRun, given_options, source_id
-from .options import (
-    AcceptPolicyOpt,
-    AutosaveEveryOpt,
-    AutosaveOpt,
-    BudgetOpt,
-    ChunkOpt,
-    ConvertMemoryOpt,
-    DebugOpt,
-    DeviceOpt,
-    DtypeOpt,
-    FpsOpt,
-    JsonOpt,
-    MaxNewTokensOpt,
-    MaxPixelsOpt,
-    MemoryOpt,
-    ModelOpt,
-    NoProgressOpt,
-    PolicyOpt,
-    PolicyOptsOpt,
-    PseudoQueryOpt,
-    QuietOpt,
-    ReconnectOpt,
-    ReindexOpt,
-    SaveMemoryOpt,
-    SystemOpt,
-    VerboseOpt,
+from .factory import build_session, open_frames
+from .groups import (
+    AnswerOptions,
+    MemoryOptions,
+    ModelOptions,
+    OutputOptions,
+    SnapshotOptions,
+    session_settings,
+    with_option_groups,
 )
+from .memory import MemoryRun, given_options, source_id
+from .options import NoProgressOpt, ReconnectOpt
 
 
+@with_option_groups
 def watch(
     ctx: typer.Context,
     source: Annotated[str, typer.Argument(help="Video file or URL (http/https/HLS, rtsp, rtmp, tcp, udp).")],
     ask: Annotated[list[str] | None, typer.Option("--ask", "-a", metavar="QUESTION", help="Question answered at the end of the stream (repeatable).")] = None,
     ask_at: Annotated[list[str] | None, typer.Option("--ask-at", metavar="TIME=QUESTION", help="TIME=QUESTION: ask when the stream reaches TIME (30s, 1:05).")] = None,
-    model: ModelOpt = None,
-    policy: PolicyOpt = defaults.POLICY,
-    budget: BudgetOpt = defaults.BUDGET,
-    policy_opt: PolicyOptsOpt = None,
-    fps: FpsOpt = defaults.FPS,
-    chunk: ChunkOpt = defaults.CHUNK_FRAMES,
-    reindex: ReindexOpt = defaults.REINDEX,
-    max_new_tokens: MaxNewTokensOpt = defaults.MAX_NEW_TOKENS,
+    model_options: ModelOptions = ModelOptions(),
+    memory_options: MemoryOptions = MemoryOptions(),
+    answer_options: AnswerOptions = AnswerOptions(),
+    no_history: Annotated[bool, typer.Option("--no-history", help="Answer each question on its own (no earlier turns).")] = False,
     realtime: Annotated[bool, typer.Option("--realtime", help="Pace a file at real time instead of as fast as the model allows.")] = False,
     reconnect: ReconnectOpt = None,
-    no_history: Annotated[bool, typer.Option("--no-history", help="Answer each question on its own (no earlier turns).")] = False,
-    system: SystemOpt = None,
-    pseudo_query: PseudoQueryOpt = defaults.PSEUDO_QUERY,
-    max_pixels: MaxPixelsOpt = None,
-    device: DeviceOpt = None,
-    dtype: DtypeOpt = None,
-    json_out: JsonOpt = False,
+    snapshot_options: SnapshotOptions = SnapshotOptions(),
     no_progress: NoProgressOpt = False,
-    quiet_: QuietOpt = False,
-    verbose_: VerboseOpt = False,
-    memory: MemoryOpt = None,
-    save_memory: SaveMemoryOpt = None,
-    autosave: AutosaveOpt = None,
-    autosave_every: AutosaveEveryOpt = "60s",
-    accept_policy: AcceptPolicyOpt = False,
-    convert_memory: ConvertMemoryOpt = False,
-    debug: DebugOpt = False,
+    output: OutputOptions = OutputOptions(),
 ) -> None:
     """Stream a video through the model and answer questions from its memory.
 
@@ -89,20 +54,17 @@ def watch(
       hermes watch match.mp4 --policy infinipot --budget 4000 --ask-at 1:05="Who scored?"
       hermes watch lecture.mp4 --autosave lecture.safetensors    (saved every 60 s and at the end)
     """
-    set_debug(debug)
-    set_verbosity(quiet_, verbose_)
+    set_debug(output.debug)
+    set_verbosity(output.quiet_, output.verbose_)
+    json_out = output.json_out
     from ..app.streaming import TimedQuestion
 
     try:
         questions = [TimedQuestion(q) for q in ask or []] + [TimedQuestion.parse(q) for q in ask_at or []]
     except ValueError as exc:
         raise UserError(str(exc)) from exc
-    settings = SessionSettings(
-        ModelSettings(model, device, dtype, max_pixels),
-        MemorySettings(policy, budget, tuple(policy_opt or ()), fps, chunk, reindex, pseudo_query),
-        AnswerSettings(max_new_tokens, not no_history, system),
-    )
-    snapshots = MemoryRun(memory, save_memory, autosave, autosave_every, accept_policy, convert_memory, quiet=json_out)
+    settings = session_settings(model_options, memory_options, answer_options, history=not no_history)
+    snapshots = MemoryRun.from_options(snapshot_options, quiet=json_out)
     settings = snapshots.settings(settings, given_options(ctx))
     settings.check()
     mode = watch_mode(bool(questions), sys.stdin.isatty(), sys.stdout.isatty(), json_out)
@@ -163,35 +125,18 @@ def check_against_source(frames, questions) -> None:
                  f"{q.question!r} is answered at the end of the stream")
 
 
+@with_option_groups
 def chat(
     ctx: typer.Context,
     source: Annotated[str | None, typer.Argument(help="A live URL (rtsp, rtmp, tcp, udp, http) — or, with --webcam, a camera device.")] = None,
     webcam: Annotated[bool, typer.Option("--webcam", help="Watch a camera (default: this platform's first camera).")] = False,
     list_devices: Annotated[bool, typer.Option("--list-devices", help="List the cameras found and exit.")] = False,
-    model: ModelOpt = None,
-    policy: PolicyOpt = defaults.POLICY,
-    budget: BudgetOpt = defaults.BUDGET,
-    policy_opt: PolicyOptsOpt = None,
-    fps: FpsOpt = defaults.FPS,
-    chunk: ChunkOpt = defaults.CHUNK_FRAMES,
-    reindex: ReindexOpt = defaults.REINDEX,
-    max_new_tokens: MaxNewTokensOpt = defaults.MAX_NEW_TOKENS,
-    system: SystemOpt = None,
-    pseudo_query: PseudoQueryOpt = defaults.PSEUDO_QUERY,
-    max_pixels: MaxPixelsOpt = None,
-    device: DeviceOpt = None,
-    dtype: DtypeOpt = None,
+    model_options: ModelOptions = ModelOptions(),
+    memory_options: MemoryOptions = MemoryOptions(),
+    answer_options: AnswerOptions = AnswerOptions(),
     reconnect: ReconnectOpt = None,
-    json_out: JsonOpt = False,
-    quiet_: QuietOpt = False,
-    verbose_: VerboseOpt = False,
-    memory: MemoryOpt = None,
-    save_memory: SaveMemoryOpt = None,
-    autosave: AutosaveOpt = None,
-    autosave_every: AutosaveEveryOpt = "60s",
-    accept_policy: AcceptPolicyOpt = False,
-    convert_memory: ConvertMemoryOpt = False,
-    debug: DebugOpt = False,
+    snapshot_options: SnapshotOptions = SnapshotOptions(),
+    output: OutputOptions = OutputOptions(),
 ) -> None:
     """Talk about a live camera or stream while it runs: an interactive prompt with live readouts.
 
@@ -205,8 +150,9 @@ def chat(
       hermes chat rtsp://camera.local/stream
       hermes chat --memory lecture.safetensors   (ask about a saved memory; see watch --save-memory)
     """
-    set_debug(debug)
-    set_verbosity(quiet_, verbose_)
+    set_debug(output.debug)
+    set_verbosity(output.quiet_, output.verbose_)
+    json_out = output.json_out
     from ..sources import default_camera, devices_hint
     from ..sources import list_devices as find_cameras
 
@@ -217,14 +163,10 @@ def chat(
         if not cameras:
             err.print(f"no cameras found — {devices_hint()}", soft_wrap=True)
         return
-    if not webcam and not source and not memory:
+    if not webcam and not source and not snapshot_options.memory:
         raise UserError("nothing to watch: pass --webcam [DEVICE], a live URL, or --memory FILE (see hermes chat --help)")
-    settings = SessionSettings(
-        ModelSettings(model, device, dtype, max_pixels),
-        MemorySettings(policy, budget, tuple(policy_opt or ()), fps, chunk, reindex, pseudo_query),
-        AnswerSettings(max_new_tokens, True, system),
-    )
-    snapshots = MemoryRun(memory, save_memory, autosave, autosave_every, accept_policy, convert_memory, quiet=json_out)
+    settings = session_settings(model_options, memory_options, answer_options)
+    snapshots = MemoryRun.from_options(snapshot_options, quiet=json_out)
     settings = snapshots.settings(settings, given_options(ctx))
     settings.check()
     spec = (source or default_camera()) if webcam else source
