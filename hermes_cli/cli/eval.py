@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -24,12 +25,9 @@ from .factory import (
     new_session,
     prepare_model,
 )
+from .groups import ModelOptions, with_option_groups
 from .options import (
     DebugOpt,
-    DeviceOpt,
-    DtypeOpt,
-    MaxPixelsOpt,
-    ModelOpt,
     NoProgressOpt,
     PolicyOpt,
     PolicyOptsOpt,
@@ -43,10 +41,20 @@ TasksOpt = Annotated[
 ]
 
 
+@dataclass(frozen=True)
+class JudgeOptions:
+    """The judge of open-ended answers (an OpenAI-compatible endpoint)."""
+
+    judge_url: Annotated[str | None, typer.Option("--judge-url", help="OpenAI-compatible endpoint (e.g. http://localhost:8000/v1) to judge open-ended answers.")] = None
+    judge_model: Annotated[str, typer.Option("--judge-model", help="Model name sent to the judge.")] = "gpt-3.5-turbo"
+    judge_key_env: Annotated[str, typer.Option("--judge-key-env", help="Environment variable holding the judge's API key.")] = "OPENAI_API_KEY"
+
+
+@with_option_groups
 def evaluate(
     annotations: Annotated[Path, typer.Argument(help="Benchmark annotation JSON (HERMES / ReKV format).", show_default=False)],
     videos_dir: Annotated[Path | None, typer.Option("--videos-dir", "-d", help="Folder holding the videos; annotation paths are remapped by file name (searched recursively).")] = None,
-    model: ModelOpt = None,
+    model_options: ModelOptions = ModelOptions(),
     policy: PolicyOpt = defaults.POLICY,
     budget: Annotated[int, typer.Option("--budget", "-b", help="Stream tokens kept per layer (papers: 4000; 6000 for RVS).")] = defaults.EVAL_BUDGET,
     policy_opt: PolicyOptsOpt = None,
@@ -62,12 +70,7 @@ def evaluate(
     max_new_tokens: Annotated[int | None, typer.Option("--max-new-tokens", help="Longest answer (default: 16 for multiple choice, 128 open-ended).")] = None,
     history: Annotated[bool, typer.Option("--history", help="Keep earlier questions and answers of a stream in the prompt (default: each question alone, as the benchmarks score them).")] = False,
     npy_fps: Annotated[float, typer.Option("--npy-fps", help="Frame rate of videos stored as .npy frame arrays (RVS-Movie).")] = 1.0,
-    judge_url: Annotated[str | None, typer.Option("--judge-url", help="OpenAI-compatible endpoint (e.g. http://localhost:8000/v1) to judge open-ended answers.")] = None,
-    judge_model: Annotated[str, typer.Option("--judge-model", help="Model name sent to the judge.")] = "gpt-3.5-turbo",
-    judge_key_env: Annotated[str, typer.Option("--judge-key-env", help="Environment variable holding the judge's API key.")] = "OPENAI_API_KEY",
-    max_pixels: MaxPixelsOpt = None,
-    device: DeviceOpt = None,
-    dtype: DtypeOpt = None,
+    judge: JudgeOptions = JudgeOptions(),
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
     no_progress: NoProgressOpt = False,
     quiet_: QuietOpt = False,
@@ -113,7 +116,7 @@ def evaluate(
 
     set_debug(debug)
     set_verbosity(quiet_, verbose_)
-    model_settings = ModelSettings(model, device, dtype, max_pixels)
+    model_settings = model_options.settings()
     SessionSettings(model_settings, MemorySettings(policy, budget, tuple(policy_opt or ()), fps, chunk,
                                                    reindex or defaults.REINDEX)).check()
     for name, value, ok in (("--limit", limit, limit is None or limit >= 1), ("--npy-fps", npy_fps, npy_fps > 0),
@@ -149,9 +152,9 @@ def evaluate(
     settings = EvalSettings(
         model=model_name, policy=policy, budget=budget, policy_opts=list(policy_opt or []), fps=fps, chunk=chunk,
         reindex=reindex or default_reindex(protocol), protocol=protocol, history=history,
-        max_new_tokens=max_new_tokens, npy_fps=npy_fps, max_pixels=max_pixels,
+        max_new_tokens=max_new_tokens, npy_fps=npy_fps, max_pixels=model_settings.max_pixels,
     )
-    factory = _session_factory(settings, device, dtype, quiet=json_out)
+    factory = _session_factory(settings, model_settings.device, model_settings.dtype, quiet=json_out)
     if output is None:
         output = default_output(annotations, settings)
     if output is not None:
@@ -188,17 +191,17 @@ def evaluate(
             progress.update(task, completed=len(done))
             records, report = run_eval(aset, questions, settings, factory, finder=finder, output=output,
                                        records=previous, on_progress=on_progress)
-            if judge_url:
+            if judge.judge_url:
                 from ..evaluation.judge import Judge
                 from ..evaluation.runner import judge_records
 
-                judge = Judge(judge_url, judge_model, os.environ.get(judge_key_env))
-                judged = judge_records(records, judge, output, on_progress=None)
+                judged = judge_records(records, Judge(judge.judge_url, judge.judge_model,
+                                                      os.environ.get(judge.judge_key_env)), output, on_progress=None)
                 errors = [r["judge_error"] for r in records if "judge_error" in r and "judge" not in r]
                 if errors:
                     err.print(f"[yellow]warning:[/] the judge failed on {len(errors)} answers (first: {errors[0]})", soft_wrap=True)
                 elif judged:
-                    err.print(f"judged {judged} open-ended answers with {judge_model}")
+                    err.print(f"judged {judged} open-ended answers with {judge.judge_model}")
     except EvalError as exc:
         raise UserError(str(exc)) from exc
     except KeyboardInterrupt:
