@@ -264,6 +264,7 @@ def toolbar_text(ingestor: Ingestor, width: int | None = None) -> str:
     return " │ ".join(text for _, text in parts)
 
 
+MEMORY_LABEL_COLUMNS = 42  # "  middle (layers 1–6, 10 of 10 units)" beside each /memory row
 SHADES = " ░▒▓█"  # by the share of a moment's tokens still held
 
 
@@ -360,12 +361,16 @@ class Assistant:
     def _notify(self, message: str) -> None:
         self.print(f"» {message}")
 
-    def _toolbar(self):
+    def _columns(self) -> int | None:
+        """The terminal's width (None: not known, e.g. a dummy output)."""
         try:
-            width = self.prompt.app.output.get_size().columns - 1 if self.prompt else None
-        except Exception:  # no size known (a dummy output)
-            width = None
-        return HTML("<b>{}</b>").format(toolbar_text(self.ingestor, width))
+            return self.prompt.app.output.get_size().columns if self.prompt else None
+        except Exception:
+            return None
+
+    def _toolbar(self):
+        columns = self._columns()
+        return HTML("<b>{}</b>").format(toolbar_text(self.ingestor, None if columns is None else columns - 1))
 
     def run(self) -> None:
         """Prompt until /quit, Ctrl-D or Ctrl-C at an empty prompt; then stop the worker."""
@@ -420,7 +425,9 @@ class Assistant:
                 text += f"\nwaiting     {waiting} frames read, prefilled with the next chunk (or the next question)"
             self.print(text)
         elif name == "/memory":
-            self.print(self.worker.call(memory_timeline))
+            columns = self._columns()
+            width = 48 if columns is None else max(16, min(64, columns - MEMORY_LABEL_COLUMNS))
+            self.print(self.worker.call(lambda session: memory_timeline(session, width)))
         elif name == "/pause":
             self.ingestor.pause()
             self.print("paused: the stream clock stops until /resume" if self.ingestor.pace else
