@@ -12,7 +12,7 @@ from .console import out
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the list as one JSON document (for scripts).")]
 
 
-def models(json_out: JsonOpt = False) -> None:
+def list_models(json_out: JsonOpt = False) -> None:
     """List the supported model families, the default on this machine, and local weights."""
     from ..models.registry import BUILTIN, FAMILIES
     from .machine import default_model, locally_present
@@ -39,7 +39,7 @@ def models(json_out: JsonOpt = False) -> None:
     out.print("any local directory holding one of these families works too: --model /path/to/model")
 
 
-def policies(json_out: JsonOpt = False) -> None:
+def list_policies(json_out: JsonOpt = False) -> None:
     """List the memory policies, what each keeps, and their parameters."""
     from .catalog import load
 

@@ -13,7 +13,7 @@ from .. import __version__
 from .bench import bench
 from .console import DEBUG, Interrupted, UserError, err, out, set_verbosity
 from .eval import evaluate
-from .info import models, policies
+from .info import list_models, list_policies
 from .watch import chat, watch
 
 app = typer.Typer(
