@@ -65,7 +65,7 @@ class _Command(typer.core.TyperCommand):
         return pieces
 
 
-for _name, _function in (("watch", watch), ("chat", chat), ("models", models), ("policies", policies),
+for _name, _function in (("watch", watch), ("chat", chat), ("models", list_models), ("policies", list_policies),
                          ("bench", bench), ("eval", evaluate)):
     app.command(_name, cls=_Command)(_function)
 
