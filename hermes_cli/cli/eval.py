@@ -101,18 +101,7 @@ def evaluate(
       hermes eval videomme.json -d ~/data/videomme --offline \\
           --tasks "Counting Problem" --limit 50 -o vm.jsonl
     """
-    from ..evaluation.annotations import AnnotationError, load_annotations, problems_summary
-    from ..evaluation.runner import (
-        EvalError,
-        EvalSettings,
-        VideoFinder,
-        default_protocol,
-        default_reindex,
-        plan_jobs,
-        run_eval,
-        select_questions,
-        summarize,
-    )
+    from ..evaluation.runner import EvalSettings, VideoFinder, default_protocol, default_reindex, plan_jobs
 
     set_debug(debug)
     set_verbosity(quiet_, verbose_)
@@ -127,19 +116,7 @@ def evaluate(
         raise UserError(f"--reindex must be lazy, eager or off, got {reindex!r}")
     if videos_dir is not None and not videos_dir.is_dir():
         raise UserError(f"--videos-dir {videos_dir} is not a folder — pass the folder that holds the videos")
-    try:
-        aset = load_annotations(annotations)
-    except AnnotationError as exc:
-        raise UserError(str(exc)) from exc
-    for line in problems_summary(aset.problems):
-        err.print(f"[yellow]annotation problem:[/] {line}", soft_wrap=True)
-    if not aset.questions:
-        raise UserError(f"{annotations} holds no usable question ({aset.entries} entries) — see the problems above")
-    task_list = [t for item in tasks or [] for t in item.split(",")]
-    try:
-        questions = select_questions(aset, task_list, limit)
-    except EvalError as exc:
-        raise UserError(str(exc)) from exc
+    aset, questions = _load_questions(annotations, tasks, limit)
     finder = VideoFinder(videos_dir, annotations.resolve().parent)
     protocol = ("offline" if offline else "streaming") if offline is not None else default_protocol(aset)
 
@@ -163,63 +140,9 @@ def evaluate(
         except OSError as exc:
             raise UserError(f"cannot create the folder for --output {output}: {exc.strerror}") from exc
 
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    progress = Progress(
-        TextColumn("[bold]eval[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
-        TimeRemainingColumn(), TextColumn("{task.fields[info]}"),
-        console=err, disable=json_out or no_progress or quiet() or not err.is_terminal, transient=True,
-    )
-    try:
-        with progress:
-            task = progress.add_task("questions", total=len(questions), info="")
-
-            def on_progress(n: int, info: str) -> None:
-                progress.update(task, advance=n, info=info)
-
-            from ..evaluation.runner import read_results
-
-            previous = read_results(output)
-            done = {r["qid"] for r in previous} & {q.qid for q in questions}
-            progress.update(task, completed=len(done))
-            records, report = run_eval(aset, questions, settings, factory, finder=finder, output=output,
-                                       records=previous, on_progress=on_progress)
-            if judge.judge_url:
-                from ..evaluation.judge import Judge
-                from ..evaluation.runner import judge_records
-
-                judged = judge_records(records, Judge(judge.judge_url, judge.judge_model,
-                                                      os.environ.get(judge.judge_key_env)), output, on_progress=None)
-                errors = [r["judge_error"] for r in records if "judge_error" in r and "judge" not in r]
-                if errors:
-                    err.print(f"[yellow]warning:[/] the judge failed on {len(errors)} answers (first: {errors[0]})", soft_wrap=True)
-                elif judged:
-                    err.print(f"judged {judged} open-ended answers with {judge.judge_model}")
-    except EvalError as exc:
-        raise UserError(str(exc)) from exc
-    except KeyboardInterrupt:
-        from ..evaluation.runner import read_results
-
-        saved = len(read_results(output)) if output is not None and output.exists() else 0
-        raise Interrupted(f"interrupted: {saved} results saved in {output} — rerun the same command to resume"
-                          if output is not None else "interrupted: no results saved (no --output)") from None
-
-    summary = summarize(records, selected=len(questions))
-    summary["annotations"] = str(annotations)
-    summary["protocol"] = protocol
-    summary["questions"].update(
-        missing_video=report.missing_questions, failed=report.failed_questions,
-        pending=max(0, len(questions) - len(records) - report.missing_questions - report.failed_questions),
-    )
-    summary["videos"] = {"missing": len(report.missing_videos), "failed": report.failed_videos}
-    summary["annotation_problems"] = len(aset.problems)
+    records, report = _run(aset, questions, settings, factory, finder, output, judge,
+                           show_progress=not (json_out or no_progress or quiet()))
+    summary = _summary(records, report, questions, aset, annotations, protocol)
     if summary_path is None and output is not None:
         summary_path = output.with_name(output.stem + ".summary.json")
     if summary_path is not None:
@@ -239,6 +162,101 @@ def evaluate(
     _print_summary(summary, report, out)
     if output is not None:
         out.print(f"records: {output}" + (f" · summary: {summary_path}" if summary_path else ""))
+
+
+def _load_questions(annotations: Path, tasks: list[str] | None, limit: int | None):
+    """(annotation set, selected questions); annotation problems are reported, none usable is an error."""
+    from ..evaluation.annotations import AnnotationError, load_annotations, problems_summary
+    from ..evaluation.runner import EvalError, select_questions
+
+    try:
+        aset = load_annotations(annotations)
+    except AnnotationError as exc:
+        raise UserError(str(exc)) from exc
+    for line in problems_summary(aset.problems):
+        err.print(f"[yellow]annotation problem:[/] {line}", soft_wrap=True)
+    if not aset.questions:
+        raise UserError(f"{annotations} holds no usable question ({aset.entries} entries) — see the problems above")
+    task_list = [t for item in tasks or [] for t in item.split(",")]
+    try:
+        return aset, select_questions(aset, task_list, limit)
+    except EvalError as exc:
+        raise UserError(str(exc)) from exc
+
+
+def _run(aset, questions, settings, factory, finder, output: Path | None, judge: JudgeOptions, *,
+         show_progress: bool):
+    """Answer what is not yet in ``output`` (with a progress bar), then judge; (records, report).
+
+    Ctrl-C says how many results are saved and that rerunning resumes.
+    """
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from ..evaluation.runner import EvalError, read_results, run_eval
+
+    progress = Progress(
+        TextColumn("[bold]eval[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
+        TimeRemainingColumn(), TextColumn("{task.fields[info]}"),
+        console=err, disable=not show_progress or not err.is_terminal, transient=True,
+    )
+    try:
+        with progress:
+            task = progress.add_task("questions", total=len(questions), info="")
+
+            def on_progress(n: int, info: str) -> None:
+                progress.update(task, advance=n, info=info)
+
+            previous = read_results(output)
+            done = {r["qid"] for r in previous} & {q.qid for q in questions}
+            progress.update(task, completed=len(done))
+            records, report = run_eval(aset, questions, settings, factory, finder=finder, output=output,
+                                       records=previous, on_progress=on_progress)
+        if judge.judge_url:
+            _judge(records, output, judge.judge_url, judge)
+    except EvalError as exc:
+        raise UserError(str(exc)) from exc
+    except KeyboardInterrupt:
+        saved = len(read_results(output)) if output is not None and output.exists() else 0
+        raise Interrupted(f"interrupted: {saved} results saved in {output} — rerun the same command to resume"
+                          if output is not None else "interrupted: no results saved (no --output)") from None
+    return records, report
+
+
+def _judge(records: list[dict], output: Path | None, url: str, judge: JudgeOptions) -> None:
+    """Have the open-ended answers judged (records and ``output`` gain the verdicts)."""
+    from ..evaluation.judge import Judge
+    from ..evaluation.runner import judge_records
+
+    judged = judge_records(records, Judge(url, judge.judge_model, os.environ.get(judge.judge_key_env)),
+                           output, on_progress=None)
+    errors = [r["judge_error"] for r in records if "judge_error" in r and "judge" not in r]
+    if errors:
+        err.print(f"[yellow]warning:[/] the judge failed on {len(errors)} answers (first: {errors[0]})", soft_wrap=True)
+    elif judged:
+        err.print(f"judged {judged} open-ended answers with {judge.judge_model}")
+
+
+def _summary(records, report, questions, aset, annotations: Path, protocol: str) -> dict:
+    """The summary JSON: accuracy from the records, plus what this run could not answer."""
+    from ..evaluation.runner import summarize
+
+    summary = summarize(records, selected=len(questions))
+    summary["annotations"] = str(annotations)
+    summary["protocol"] = protocol
+    summary["questions"].update(
+        missing_video=report.missing_questions, failed=report.failed_questions,
+        pending=max(0, len(questions) - len(records) - report.missing_questions - report.failed_questions),
+    )
+    summary["videos"] = {"missing": len(report.missing_videos), "failed": report.failed_videos}
+    summary["annotation_problems"] = len(aset.problems)
+    return summary
 
 
 def default_output(annotations: Path, settings) -> Path | None:
