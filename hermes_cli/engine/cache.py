@@ -234,6 +234,15 @@ class StreamingCache(Cache):
                 layer.meta = layer.meta.select(slice(0, mark.length))
         self.next_id = mark.next_id
 
+    def drop_tail(self, n: int) -> None:
+        """Forget the last ``n`` tokens a forward appended before they were recorded (the
+        pseudo-queries folded into a chunk's prefill); what stays is bit-identical."""
+        for layer in self.stream_layers:
+            held = 0 if layer.meta is None else len(layer.meta)
+            if n < 0 or layer.length - n < held:
+                raise RuntimeError(f"cannot drop {n} unrecorded tokens: layer holds {layer.length}, recorded {held}")
+            layer.length -= n
+
     # -- what policies see and what they choose -------------------------------------------------
     def stream_view(self, layer: int, attention: dict[str, Tensor] | None = None) -> LayerTokens:
         """The stream tokens (everything after the prefix) of one layer, as a policy sees them."""

@@ -50,6 +50,9 @@ class ChunkReport:
     compress_ms: float
     compressed: bool
     reindexed: bool
+    encode_ms: float = 0.0  # vision encoding (part of prefill_ms)
+    pseudo_query_ms: float = 0.0  # a separate pseudo-query pass (part of compress_ms; 0 when folded)
+    folded: bool = False  # the pseudo-queries rode in this chunk's prefill (their cost is in prefill_ms)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from ..positions.layout import VideoClock, text_positions, to_model_position_ids
 from ..positions.rope import RotaryDelta, rotate_half
+from .attention import PROBE_IMPLEMENTATION, RowProbe, base_attention
 from .chat import conversation, split_prompt
 
 
@@ -150,12 +151,18 @@ class ModelAdapter(ABC):
 
     @torch.no_grad()
     def forward(self, embeds: Tensor, positions: Tensor, cache, *, attentions: bool = False,
-                attention_mask: Tensor | None = None):
+                attention_mask: Tensor | None = None, probe: RowProbe | None = None):
         """Run the language model on ``embeds`` at explicit ``positions``, appending to ``cache``.
 
-        ``attention_mask``: an additive (1, 1, n, cached + n) mask replacing the causal one.
+        ``attention_mask``: a (1, 1, n, cached + n) mask replacing the causal one (additive, or
+        boolean with True where a query may attend). ``probe``: rows whose attention weights to take
+        from inside the model's own attention (filled in place, see ``models.attention``).
+        ``attentions``: every layer's full weights, from the eager path (a reference for tests).
         Returns (last hidden states (1, n, hidden), per-layer attention weights or None).
         """
+        if probe is not None:
+            with self.probing(probe):
+                return self._run(embeds, positions, cache, False, attention_mask).last_hidden_state, None
         if attentions:  # SDPA returns no weights: run this (short) pass with eager attention
             with self.eager_attention():
                 out = self._run(embeds, positions, cache, True, attention_mask)
@@ -171,6 +178,23 @@ class ModelAdapter(ABC):
             use_cache=True,
             output_attentions=attentions,
         )
+
+    @contextmanager
+    def probing(self, probe: RowProbe):
+        """Run the model's attention through ``probe_attention_forward`` with ``probe`` active."""
+        previous = self.text_model.config._attn_implementation
+        probe.base = base_attention(previous)
+        attns = [layer.self_attn for layer in self.text_model.layers]
+        for attn in attns:
+            attn.hermes_probe = probe
+        self.text_model.set_attn_implementation(PROBE_IMPLEMENTATION)
+        try:
+            yield
+        finally:
+            self.text_model.set_attn_implementation(previous)
+            for attn in attns:
+                attn.hermes_probe = None
+            probe.base = None
 
     @contextmanager
     def eager_attention(self):
