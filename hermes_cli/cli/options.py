@@ -42,3 +42,8 @@ MaxPixelsOpt = Annotated[
     typer.Option("--max-pixels", metavar="PIXELS", help="Qwen-VL: cap each frame's area (fewer tokens per frame), "
                  "e.g. 200704 (448×448). Default: the model's own setting. LLaVA-OneVision ignores it."),
 ]
+HistoryTokensOpt = Annotated[
+    int,
+    typer.Option("--history-tokens", metavar="N", help="Earlier questions and answers carried in each question's "
+                 "prompt, newest first, up to N tokens (0: none); keeps the time to first token bounded."),
+]

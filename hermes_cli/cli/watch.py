@@ -18,6 +18,7 @@ from .options import (
     DeviceOpt,
     DtypeOpt,
     FpsOpt,
+    HistoryTokensOpt,
     JsonOpt,
     MaxNewTokensOpt,
     MaxPixelsOpt,
@@ -44,6 +45,7 @@ def watch(
     max_new_tokens: MaxNewTokensOpt = defaults.MAX_NEW_TOKENS,
     realtime: Annotated[bool, typer.Option("--realtime", help="Pace a file at real time instead of as fast as the model allows.")] = False,
     no_history: Annotated[bool, typer.Option("--no-history", help="Answer each question on its own (no earlier turns).")] = False,
+    history_tokens: HistoryTokensOpt = defaults.HISTORY_TOKENS,
     system: SystemOpt = None,
     pseudo_query: PseudoQueryOpt = defaults.PSEUDO_QUERY,
     max_pixels: MaxPixelsOpt = None,
@@ -73,7 +75,7 @@ def watch(
     settings = SessionSettings(
         ModelSettings(model, device, dtype, max_pixels),
         MemorySettings(policy, budget, tuple(policy_opt or ()), fps, chunk, reindex, pseudo_query),
-        AnswerSettings(max_new_tokens, not no_history, system),
+        AnswerSettings(max_new_tokens, not no_history, system, history_tokens),
     )
     settings.check()
     frames = open_frames(source, fps, realtime=realtime)
@@ -98,6 +100,7 @@ def chat(
     chunk: ChunkOpt = defaults.CHUNK_FRAMES,
     reindex: ReindexOpt = defaults.REINDEX,
     max_new_tokens: MaxNewTokensOpt = defaults.MAX_NEW_TOKENS,
+    history_tokens: HistoryTokensOpt = defaults.HISTORY_TOKENS,
     system: SystemOpt = None,
     pseudo_query: PseudoQueryOpt = defaults.PSEUDO_QUERY,
     max_pixels: MaxPixelsOpt = None,
@@ -129,7 +132,7 @@ def chat(
     settings = SessionSettings(
         ModelSettings(model, device, dtype, max_pixels),
         MemorySettings(policy, budget, tuple(policy_opt or ()), fps, chunk, reindex, pseudo_query),
-        AnswerSettings(max_new_tokens, True, system),
+        AnswerSettings(max_new_tokens, True, system, history_tokens),
     )
     settings.check()
     spec = (source or default_camera()) if webcam else source

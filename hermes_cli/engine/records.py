@@ -28,6 +28,7 @@ class Answer:
     tpot_ms: float | None = None
     step_logits: list[Tensor] = field(default_factory=list)  # only when recorded
     no_frames: bool = False
+    prompt_tokens: int = 0  # the question's prompt (earlier turns included) as prefilled
 
     def record(self) -> dict:
         """When it was asked and what it cost, as reported in JSON output."""

@@ -216,9 +216,13 @@ class Session:
                 yield answer.text
                 return
             history = self.history if self.config.history else []
+            history = self.adapter.recent_history(answer.question, history, self.config.system_prompt,
+                                                  self.config.history_tokens)
             text = self.adapter.question_text(answer.question, history, self.config.system_prompt)
+            prompt = self.adapter.tokens(text)
+            answer.prompt_tokens = int(prompt.shape[0])
             yield from greedy_answer(
-                self.adapter, self.cache, self.positions, self.adapter.tokens(text), answer,
+                self.adapter, self.cache, self.positions, prompt, answer,
                 max_new_tokens=max_new_tokens, repetition_penalty=self.config.repetition_penalty,
                 record_logits=record_logits,
             )

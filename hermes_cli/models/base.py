@@ -114,6 +114,24 @@ class ModelAdapter(ABC):
         """What follows the video for a question (earlier turns included), up to the answer."""
         return self._split(question, history, system_prompt)[1]
 
+    def recent_history(self, question: str, history: list[tuple[str, str]], system_prompt: str | None,
+                       max_tokens: int) -> list[tuple[str, str]]:
+        """The newest whole turns of ``history`` whose prompt tokens fit in ``max_tokens``.
+
+        A turn's cost is what it adds to ``question_text`` as rendered by the chat template, so
+        the question's prompt is at most ``max_tokens`` longer than without history.
+        """
+        if max_tokens <= 0 or not history:
+            return []
+        bare = len(self.tokens(self.question_text(question, [], system_prompt)))
+        kept = 0
+        for count in range(1, len(history) + 1):
+            extra = len(self.tokens(self.question_text(question, history[-count:], system_prompt))) - bare
+            if extra > max_tokens:
+                break
+            kept = count
+        return history[len(history) - kept :] if kept else []
+
     def _split(self, question: str, history: list[tuple[str, str]], system_prompt: str | None) -> tuple[str, str]:
         rendered = self.processor.apply_chat_template(
             conversation(question, history, system_prompt), add_generation_prompt=True, tokenize=False
