@@ -31,15 +31,21 @@ def test_recent_history_keeps_the_newest_whole_turns_that_fit(tiny_llava, budget
         assert kept == []
 
 
-def test_the_prompt_stops_growing_once_the_history_budget_is_full(tiny_qwen):
-    config = SessionConfig(chunk_frames=4, budget=1000, max_new_tokens=6, history_tokens=60, repetition_penalty=1.0)
+@pytest.mark.parametrize("kv", [False, True])
+def test_the_context_stops_growing_once_the_history_budget_is_full(tiny_qwen, kv):
+    config = SessionConfig(chunk_frames=4, budget=1000, max_new_tokens=6, history_tokens=60, history_kv=kv,
+                           repetition_penalty=1.0)
     session = Session(tiny_qwen, make_policy("hermes"), config)
     session.ingest(moving_square_frames(4), [0.0, 1.0, 2.0, 3.0])
-    lengths = [session.answer("What now?").prompt_tokens for _ in range(12)]
-    assert lengths[0] == prompt_length(tiny_qwen, "What now?", [], config.system_prompt)
-    assert len(session.history) == 12  # every turn is remembered; only the prompt is bounded
-    assert max(lengths) - lengths[0] <= 60
-    assert lengths[-1] > lengths[0]  # recent turns are carried
+    answers = [session.answer("What now?") for _ in range(12)]
+    assert answers[0].prompt_tokens == prompt_length(tiny_qwen, "What now?", [], config.system_prompt)
+    assert answers[0].context_tokens == 0
+    assert len(session.history) == 12  # every turn is remembered; only the context is bounded
+    assert all(0 < a.context_tokens <= 60 for a in answers[1:])  # recent turns are carried
+    if kv:  # only the new turn is prefilled
+        assert max(a.prompt_tokens for a in answers) <= answers[0].prompt_tokens + 12
+    else:
+        assert max(a.prompt_tokens for a in answers) <= answers[0].prompt_tokens + 60
 
 
 def test_history_tokens_zero_is_no_history(tiny_qwen):

@@ -22,6 +22,7 @@ class SessionConfig:
     repetition_penalty: float = defaults.REPETITION_PENALTY
     history: bool = True
     history_tokens: int = defaults.HISTORY_TOKENS  # prompt tokens of earlier turns per question, newest first
+    history_kv: bool = defaults.HISTORY_KV  # keep earlier turns' keys and values (False: re-encode them as text)
     reindex: str = defaults.REINDEX
     reindex_margin: int | None = None  # lazy: compact when the next position passes limit - margin
     pseudo_query: str = defaults.PSEUDO_QUERY  # "forward": true per-layer attention; "approx": the paper's shortcut

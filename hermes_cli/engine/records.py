@@ -28,7 +28,8 @@ class Answer:
     tpot_ms: float | None = None
     step_logits: list[Tensor] = field(default_factory=list)  # only when recorded
     no_frames: bool = False
-    prompt_tokens: int = 0  # the question's prompt (earlier turns included) as prefilled
+    prompt_tokens: int = 0  # tokens prefilled for the question (earlier turns re-encoded as text included)
+    context_tokens: int = 0  # earlier turns' tokens in front of the question (re-encoded or kept)
 
     def record(self) -> dict:
         """When it was asked and what it cost, as reported in JSON output."""

@@ -21,6 +21,7 @@ from ..models.base import ModelAdapter
 from .cache import KIND_PREFIX, KIND_VIDEO, StreamingCache
 from .compression import Signals, compress, prefill_with_pseudo_queries, pseudo_query_attention
 from .config import SessionConfig
+from .conversation import ConversationMemory
 from .decoding import greedy_answer
 from .positions import PositionLimitError, PositionTracker
 from .prefill import prefill
@@ -66,6 +67,8 @@ class Session:
         self.positions = PositionTracker(adapter, self.cache, self.config.fps, self.config.reindex,
                                          self.config.reindex_margin)
         self.history: list[tuple[str, str]] = []
+        kv_turns = self.config.history and self.config.history_kv and self.config.history_tokens > 0
+        self.conversation = ConversationMemory(self.config.history_tokens) if kv_turns else None
         self.frames_seen = 0
         self.units_seen = 0
         self.unit_times: list[float] = []  # timestamp of each unit's first frame
@@ -215,19 +218,43 @@ class Session:
                 answer.text, answer.no_frames = NO_FRAMES_ANSWER, True
                 yield answer.text
                 return
-            history = self.history if self.config.history else []
-            history = self.adapter.recent_history(answer.question, history, self.config.system_prompt,
-                                                  self.config.history_tokens)
-            text = self.adapter.question_text(answer.question, history, self.config.system_prompt)
-            prompt = self.adapter.tokens(text)
-            answer.prompt_tokens = int(prompt.shape[0])
+            prompt, setup, keep = self._question_prompt(answer)
             yield from greedy_answer(
                 self.adapter, self.cache, self.positions, prompt, answer,
                 max_new_tokens=max_new_tokens, repetition_penalty=self.config.repetition_penalty,
-                record_logits=record_logits,
+                record_logits=record_logits, setup=setup, keep=keep,
             )
         if self.config.history:
             self.history.append((answer.question, answer.text))
+
+    def _question_prompt(self, answer: Answer):
+        """(prompt ids, setup, keep) for ``greedy_answer``: earlier turns within ``history_tokens``,
+        newest first — as kept keys and values when they match the history, else as text."""
+        config, adapter = self.config, self.adapter
+        history = self.history if config.history else []
+        memory = self.conversation
+        prompt = memory.prompt(adapter, answer.question, history, config.system_prompt) if memory else None
+        if prompt is not None:
+            answer.prompt_tokens, answer.context_tokens = int(prompt.shape[0]), memory.kept.length
+            setup = lambda: memory.attach(self.cache, self.positions, adapter.rotary)  # noqa: E731
+            text_history = 0
+        else:
+            recent = adapter.recent_history(answer.question, history, config.system_prompt, config.history_tokens)
+            prompt = adapter.tokens(adapter.question_text(answer.question, recent, config.system_prompt))
+            bare = len(adapter.tokens(adapter.question_text(answer.question, [], config.system_prompt)))
+            text_history = max(0, int(prompt.shape[0]) - bare) if recent else 0
+            answer.prompt_tokens, answer.context_tokens = int(prompt.shape[0]), text_history
+            setup = None
+        if memory is None:
+            return prompt, setup, None
+        reused, turns = setup is not None, len(self.history) + 1
+
+        def keep(mark):
+            memory.capture(self.cache, mark, reused=reused, prompt_tokens=int(prompt.shape[0]),
+                           answer_tokens=answer.tokens, turn=(answer.question, answer.text), turns=turns,
+                           text_history=text_history)
+
+        return prompt, setup, keep
 
     # -- readouts -----------------------------------------------------------------------------
     def stats(self) -> SessionStats:
