@@ -183,11 +183,14 @@ class Session:
             return False, 0.0
         pseudo_query_ms = 0.0
         if attention is None:
-            t0 = time.perf_counter()
             texts, layers = self._pseudo_queries()
-            attention = pseudo_query_attention(self.adapter, self.cache, texts, self.positions.next(),
-                                               self.config.pseudo_query, layers)
-            pseudo_query_ms = (time.perf_counter() - t0) * 1e3
+            if texts:
+                t0 = time.perf_counter()
+                attention = pseudo_query_attention(self.adapter, self.cache, texts, self.positions.next(),
+                                                   self.config.pseudo_query, layers)
+                pseudo_query_ms = (time.perf_counter() - t0) * 1e3
+            else:
+                attention = {}
         signals = Signals(budget=budget, tokens_per_frame=self._tokens_per_unit or 1, attention=attention,
                           rotary=self.adapter.rotary, units_seen=self.units_seen)
         compress(self.cache, self.policy, signals)
