@@ -66,8 +66,14 @@ def run_stream(
     on_frame: Callable[[object], None] | None = None,
     on_token: Callable[[str], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    prefetch: int | None = None,
 ) -> list[AskedAnswer]:
-    """Stream ``frames`` (objects with ``image`` and ``timestamp``) and answer ``questions``."""
+    """Stream ``frames`` (objects with ``image`` and ``timestamp``) and answer ``questions``.
+
+    Frames are decoded in a background thread up to ``prefetch`` frames ahead (default: one
+    chunk), so decoding the next chunk overlaps prefilling this one."""
+    from .prefetch import prefetched
+
     timed = sorted((q for q in questions if q.at_s is not None), key=lambda q: q.at_s)
     at_end = [q for q in questions if q.at_s is None]
     answers: list[AskedAnswer] = []
@@ -82,7 +88,9 @@ def run_stream(
         if on_answer:
             on_answer(result)
 
-    for frame in frames:
+    ahead = session.config.chunk_frames if prefetch is None else prefetch
+    source = prefetched(frames, ahead)
+    for frame in source:
         while timed and frame.timestamp > timed[0].at_s:
             session.flush()
             ask(timed.pop(0))
@@ -91,6 +99,7 @@ def run_stream(
             on_frame(frame)
         if should_stop and should_stop():
             break
+    source.close()
     session.flush()
     for q in [*timed, *at_end]:
         ask(q)

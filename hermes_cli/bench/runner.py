@@ -68,7 +68,7 @@ class BenchRecord:
     compress_ms_total: float = 0.0  # separate pseudo-query pass + selection + compaction
     ingest_s: float = 0.0  # wall time of ingesting the frames since the previous step (decoding included)
     stream_s: float = 0.0  # stream time those frames cover (frames / fps)
-    decode_ms_total: float = 0.0  # producing the frames (video decoding, or synthetic frames)
+    decode_ms_total: float = 0.0  # waiting for frames (decoding ahead in a thread overlaps the rest)
     encode_ms_total: float = 0.0  # vision encoding
     pseudo_query_ms_total: float = 0.0  # separate pseudo-query passes (folded ones are in prefill)
     baseline_memory_bytes: int = 0  # resident/allocated memory when the policy's stream began
@@ -373,13 +373,19 @@ def run_bench(adapter, policies: list[str], steps: list[int], *, budget: int | N
     bench_adapter = BenchAdapter(adapter, synthetic_vision)
     make_frames = frames or (lambda: synthetic_frames(fps=fps))
     records: list[BenchRecord] = []
+    from ..app.prefetch import prefetched
+
     try:
         for name in policies:
-            run_policy(
-                bench_adapter, name, steps, budget=budget, chunk=chunk, fps=fps, frames=make_frames(),
-                repeats=repeats, warmup=warmup, max_new_tokens=max_new_tokens, question=question,
-                policy_options=(policy_options or {}).get(name), progress=progress, records=records,
-            )
+            source = prefetched(make_frames(), chunk)  # the next chunk decodes while this one prefills
+            try:
+                run_policy(
+                    bench_adapter, name, steps, budget=budget, chunk=chunk, fps=fps, frames=source,
+                    repeats=repeats, warmup=warmup, max_new_tokens=max_new_tokens, question=question,
+                    policy_options=(policy_options or {}).get(name), progress=progress, records=records,
+                )
+            finally:
+                source.close()
     except KeyboardInterrupt:
         raise BenchInterrupted(records) from None
     return records
