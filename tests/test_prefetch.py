@@ -59,3 +59,19 @@ def test_decoding_overlaps_the_consumer():
         time.sleep(0.04)  # "prefill"
     overlapped = time.perf_counter() - t0
     assert overlapped < 0.55  # sequential would take 8 × 0.08 = 0.64 s; overlapped ≈ 0.36 s
+
+
+def test_run_stream_prefetch_keeps_question_timing(tiny_llava):
+    """With frames decoded ahead, a question is still asked after exactly the frames up to its time."""
+    from types import SimpleNamespace
+
+    from hermes_cli.app.streaming import TimedQuestion, run_stream
+    from hermes_cli.engine.session import Session, SessionConfig
+    from policies import make_policy
+    from tests.conftest import moving_square_frames
+
+    images = moving_square_frames(10)
+    frames = [SimpleNamespace(image=images[i], timestamp=float(i)) for i in range(10)]
+    session = Session(tiny_llava, make_policy("fifo"), SessionConfig(chunk_frames=4, budget=100, max_new_tokens=2))
+    answers = run_stream(session, iter(frames), [TimedQuestion("now?", 5.0), TimedQuestion("end?")], prefetch=4)
+    assert [a.answer.frames_seen for a in answers] == [6, 10]

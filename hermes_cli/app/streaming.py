@@ -66,12 +66,13 @@ def run_stream(
     on_frame: Callable[[object], None] | None = None,
     on_token: Callable[[str], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
-    prefetch: int | None = None,
+    prefetch: int = 0,
 ) -> list[AskedAnswer]:
     """Stream ``frames`` (objects with ``image`` and ``timestamp``) and answer ``questions``.
 
-    Frames are decoded in a background thread up to ``prefetch`` frames ahead (default: one
-    chunk), so decoding the next chunk overlaps prefilling this one."""
+    ``prefetch`` > 0: frames are decoded in a background thread up to that many frames ahead
+    (e.g. one chunk), so decoding the next chunk overlaps prefilling this one. Only for sources
+    whose iteration has no effect on the session (a plain frame source)."""
     from .prefetch import prefetched
 
     timed = sorted((q for q in questions if q.at_s is not None), key=lambda q: q.at_s)
@@ -88,8 +89,7 @@ def run_stream(
         if on_answer:
             on_answer(result)
 
-    ahead = session.config.chunk_frames if prefetch is None else prefetch
-    source = prefetched(frames, ahead)
+    source = prefetched(frames, prefetch)
     for frame in source:
         while timed and frame.timestamp > timed[0].at_s:
             session.flush()

@@ -189,7 +189,8 @@ def run_batch(session, frames, questions, json_out: bool) -> None:
                                 info=f"{frame.timestamp:6.1f}s · {session.frames_seen} frames · "
                                      f"{session.cache.length} tokens/layer")
 
-            run_stream(session, frames, questions, on_answer=on_answer, on_frame=on_frame if show_progress else None)
+            run_stream(session, frames, questions, on_answer=on_answer, on_frame=on_frame if show_progress else None,
+                       prefetch=session.config.chunk_frames)  # decode the next chunk while this one prefills
     except (SourceError, PositionLimitError) as exc:
         raise UserError(str(exc)) from exc
     for warning in [*frames.stats.warnings, *session.warnings]:
