@@ -80,6 +80,9 @@ def test_kept_turns_are_whole_turns_within_the_budget(tiny_llava):
         assert kept is not None and kept.length <= 80 and kept.length == kept.keys[0].shape[2]
         assert kept.turns == len(session.history) and kept.last_turn == session.history[-1]
         assert answer.context_tokens <= 80
+        # trimmed turns are moved back to the stream's next position: no rotation at the next question
+        n = kept.length
+        assert torch.equal(kept.positions[:, 0], torch.arange(session.positions.next(), session.positions.next() + n))
     assert len(kept.sizes) >= 2  # several whole turns fit
 
 

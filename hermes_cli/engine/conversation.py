@@ -83,7 +83,8 @@ class ConversationMemory:
         cache.append(keys, k.values, meta)
 
     def capture(self, cache: StreamingCache, mark: Mark, *, reused: bool, prompt_tokens: int,
-                answer_tokens: list[int], turn: tuple[str, str], turns: int, text_history: int = 0) -> None:
+                answer_tokens: list[int], turn: tuple[str, str], turns: int, text_history: int = 0,
+                rotary=None) -> None:
         """Keep the conversation's tokens after ``mark`` (kept turns if ``reused``, this prompt, the
         answer) for the next question, trimmed to the newest whole turns within ``max_tokens``.
 
@@ -101,9 +102,16 @@ class ConversationMemory:
         if not sizes:
             self.kept = None
             return
+        keys, values, positions = [k[:, :, drop:] for k in keys], [v[:, :, drop:] for v in values], meta.positions
+        shift = int(positions[drop, 0] - positions[0, 0])
+        if shift and rotary is not None:
+            # Move the trimmed turns back to where the conversation started (the stream's next
+            # position), so the next question attaches them without a rotation unless frames came.
+            delta = torch.full_like(positions[drop:], -shift).to(keys[0].device)
+            keys = list(rotary.rotate(torch.cat(keys), delta).split(1))
+        positions = positions[drop:] - (shift if rotary is not None else 0)
         self.kept = KeptTurns(
-            keys=[k[:, :, drop:] for k in keys], values=[v[:, :, drop:] for v in values],
-            positions=meta.positions[drop:].clone(), sizes=sizes, last_turn=turn, turns=turns,
+            keys=keys, values=values, positions=positions.clone(), sizes=sizes, last_turn=turn, turns=turns,
             unfed=list(answer_tokens[fed:]),
         )
 

@@ -255,7 +255,7 @@ class Session:
         def keep(mark):
             memory.capture(self.cache, mark, reused=reused, prompt_tokens=int(prompt.shape[0]),
                            answer_tokens=answer.tokens, turn=(answer.question, answer.text), turns=turns,
-                           text_history=text_history)
+                           text_history=text_history, rotary=adapter.rotary)
 
         return prompt, setup, keep
 
