@@ -250,7 +250,7 @@ def _questions(adapter, count, frames_before, policy, budget, chunk, fps, frame_
             f"question 1: TTFT {first.ttft_ms:.1f} ms (context {first.context_tokens} tokens) · "
             f"question {last.index}: TTFT {last.ttft_ms:.1f} ms (context {last.context_tokens} tokens, "
             f"{last.prompt_tokens} prefilled) · ratio {last.ttft_ms / first.ttft_ms:.2f} · "
-            f"median of the last {window} / first {window}: {tail / head:.2f}"
+            f"median of the last {window} / first {window}: {tail / head:.2f}", soft_wrap=True,
         )
     if interrupted:
         raise typer.Exit(130)
