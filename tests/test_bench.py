@@ -247,3 +247,13 @@ def test_questions_mode_reports_first_and_last(app):
     assert [r["index"] for r in records] == [1, 2, 3, 4, 5, 6]
     assert records[0]["context_tokens"] == 0 and all(0 < r["context_tokens"] <= 40 for r in records[1:])
     assert "question 6: TTFT" in result.stderr and "kept keys and values" in result.stderr
+
+
+def test_folding_bench_times_four_variants_from_the_same_memory(capsys):
+    from hermes_cli.bench.folding import main
+
+    main(["--frames", "8", "--chunk", "4", "--rounds", "1"])
+    out = capsys.readouterr().out
+    assert "memory" in out and "pseudo-queries mixed, global" in out
+    for name in ("plain", "folded", "separate", "eager"):
+        assert f"{name:>8}: " in out and f"round 1 {name:>8}" in out
