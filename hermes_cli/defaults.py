@@ -13,6 +13,8 @@ FPS = 1.0
 MAX_NEW_TOKENS = 128
 REPETITION_PENALTY = 1.1
 SYSTEM_PROMPT = "You are a helpful assistant."
+HISTORY_TOKENS = 512  # earlier turns carried in a question's prompt, newest first (0: none)
+HISTORY_KV = True  # carry them as kept keys and values, not re-encoded text
 
 REINDEX_MODES = ("lazy", "eager", "off")
 REINDEX = "lazy"

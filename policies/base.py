@@ -99,6 +99,10 @@ class Policy(ABC):
         """Texts whose attention over the cache the policy needs, by name. Default: none."""
         return {}
 
+    def attention_layers(self, num_layers: int) -> dict[str, list[int]]:
+        """Per pseudo-query name, the layers whose ``select`` reads its attention. Default: all."""
+        return {name: list(range(num_layers)) for name in self.pseudo_queries(())}
+
     def target(self, budget: int | None, tokens_per_frame: int = 1) -> int | None:
         """Tokens per layer after a compression (None: never compress).
 

@@ -137,6 +137,14 @@ class HermesPolicy(Policy):
         """Layer roles: exact ``int(fraction · L)`` (paper), or the official code's float arithmetic (reference)."""
         return layer_roles(num_layers, self.shallow_fraction, self.deep_fraction, exact=self.profile != "reference")
 
+    def attention_layers(self, num_layers: int) -> dict[str, list[int]]:
+        """Middle layers read the mixed pseudo-query's attention, deep ones the global one."""
+        wanted: dict[str, list[int]] = {}
+        for index, role in enumerate(self.roles(num_layers)):
+            if role.kind in ATTENTION_BY_ROLE:
+                wanted.setdefault(ATTENTION_BY_ROLE[role.kind], []).append(index)
+        return wanted
+
     def layer_groups(self, num_layers: int) -> dict[str, list[int]]:
         groups: dict[str, list[int]] = {}
         for index, role in enumerate(self.roles(num_layers)):

@@ -164,3 +164,97 @@ def test_shipped_architectures_are_full_size():
         assert cfg["text_config"]["vocab_size"] > 150_000
     # the language model of LLaVA-OneVision 0.5B (Qwen2-0.5B): 494 M parameters
     assert parameter_estimate("llava-onevision-0.5b") == pytest.approx(494e6, rel=0.01)
+
+
+def test_default_budget_is_reached_and_printed(app):
+    """`hermes bench` without --budget picks one the stream reaches early, and says so."""
+    result = runner.invoke(app, [
+        "bench", "--model", "tiny", "--frames", "8,32", "--policies", "hermes,fifo,full", "--chunk", "4",
+        "--size", "56x56", "--repeats", "1", "--warmup", "0", "--max-new-tokens", "2", "--json", "--profile",
+        "--pseudo-query", "forward",  # the real forward, so its pseudo-queries can ride in a chunk's prefill
+    ])
+    assert result.exit_code == 0, result.output
+    from hermes_cli.bench.runner import default_budget
+    from hermes_cli.models.loading import load_model
+
+    budget, streamed = default_budget(load_model("tiny", device="cpu", dtype="fp32"), [8, 32], 4, (56, 56))
+    assert budget == max(2 * streamed // 8, streamed // 4) and budget < streamed
+    assert f"defaults: budget {budget} tokens/layer" in result.stderr
+    records = {(r["policy"], r["frames"]): r for r in json_lines(result.stdout)}
+    assert records[("hermes", 32)]["cache_tokens"] < records[("full", 32)]["cache_tokens"]
+    assert records[("hermes", 32)]["kv_bytes"] < records[("full", 32)]["kv_bytes"]
+    assert records[("hermes", 32)]["folded_chunks"] > 0  # its pseudo-queries rode in the prefill
+    summary = result.stderr
+    for needle in ("compress_fraction", "peak", "real time at 1 fps", "budget reached", "budget never reached"):
+        assert needle in summary, needle
+    assert "hermes per chunk: decode" in summary and "selection" in summary and "folded" in summary
+
+
+def test_summary_and_profile_from_records():
+    from hermes_cli.bench.runner import BenchRecord, profile
+
+    def record(frames, **kw):
+        return BenchRecord("p", frames, 1.0, 1.0, 100 * frames, 10, 5, 1.0, 0.0, 0.0, **kw)
+
+    rows = [record(4, chunks=2, prefill_ms_total=100.0, compress_ms_total=10.0, ingest_s=0.5, stream_s=4.0,
+                   decode_ms_total=4.0, encode_ms_total=40.0, pseudo_query_ms_total=6.0),
+            record(8, chunks=2, prefill_ms_total=100.0, compress_ms_total=30.0, ingest_s=1.5, stream_s=4.0,
+                   decode_ms_total=4.0, encode_ms_total=40.0, pseudo_query_ms_total=10.0, compressions=1)]
+    s = summarise(rows)[0]
+    assert s.compress_fraction == pytest.approx(40 / 200)
+    assert s.peak_memory_bytes == 800 and s.realtime == pytest.approx(8 / 2.0) and s.budget_reached
+    p = profile(rows)[0]
+    assert p["chunks"] == 4 and p["decode_ms"] == pytest.approx(2.0) and p["encode_ms"] == pytest.approx(20.0)
+    assert p["prefill_ms"] == pytest.approx(30.0) and p["pseudo_query_ms"] == pytest.approx(4.0)
+    assert p["select_ms"] == pytest.approx(6.0)
+
+
+def test_ctrl_c_reports_the_steps_already_measured(app, monkeypatch):
+    import hermes_cli.bench.runner as bench_runner
+
+    calls = {"n": 0}
+    original = bench_runner.measure_answers
+
+    def interrupted_on_second(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(bench_runner, "measure_answers", interrupted_on_second)
+    result = runner.invoke(app, [
+        "bench", "--model", "tiny", "--frames", "4,8", "--policies", "fifo", "--budget", "8", "--chunk", "4",
+        "--size", "56x56", "--repeats", "1", "--warmup", "0", "--max-new-tokens", "2", "--json",
+    ])
+    assert result.exit_code == 130
+    assert [(r["policy"], r["frames"]) for r in json_lines(result.stdout)] == [("fifo", 4)]
+    assert "interrupted" in result.stderr and "fifo: TTFT(4)/TTFT(4)" in result.stderr
+    with pytest.raises(bench_runner.BenchInterrupted) as caught:
+        calls["n"] = 0
+        from hermes_cli.models.loading import load_model
+
+        run_bench(load_model("tiny", device="cpu", dtype="fp32"), ["fifo"], [2, 4], budget=8, chunk=2,
+                  repeats=1, warmup=0, max_new_tokens=2, frames=lambda: synthetic_frames((56, 56)))
+    assert [r.frames for r in caught.value.records] == [2]
+
+
+def test_questions_mode_reports_first_and_last(app):
+    result = runner.invoke(app, [
+        "bench", "--model", "tiny", "--frames", "8", "--policies", "fifo", "--chunk", "4", "--size", "56x56",
+        "--questions", "6", "--history-tokens", "40", "--max-new-tokens", "3", "--json",
+    ])
+    assert result.exit_code == 0, result.output
+    records = json_lines(result.stdout)
+    assert [r["index"] for r in records] == [1, 2, 3, 4, 5, 6]
+    assert records[0]["context_tokens"] == 0 and all(0 < r["context_tokens"] <= 40 for r in records[1:])
+    assert "question 6: TTFT" in result.stderr and "kept keys and values" in result.stderr
+
+
+def test_folding_bench_times_four_variants_from_the_same_memory(capsys):
+    from hermes_cli.bench.folding import main
+
+    main(["--frames", "8", "--chunk", "4", "--rounds", "1"])
+    out = capsys.readouterr().out
+    assert "memory" in out and "pseudo-queries mixed, global" in out
+    for name in ("plain", "folded", "separate", "eager"):
+        assert f"{name:>8}: " in out and f"round 1 {name:>8}" in out

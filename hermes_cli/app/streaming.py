@@ -66,8 +66,15 @@ def run_stream(
     on_frame: Callable[[object], None] | None = None,
     on_token: Callable[[str], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    prefetch: int = 0,
 ) -> list[AskedAnswer]:
-    """Stream ``frames`` (objects with ``image`` and ``timestamp``) and answer ``questions``."""
+    """Stream ``frames`` (objects with ``image`` and ``timestamp``) and answer ``questions``.
+
+    ``prefetch`` > 0: frames are decoded in a background thread up to that many frames ahead
+    (e.g. one chunk), so decoding the next chunk overlaps prefilling this one. Only for sources
+    whose iteration has no effect on the session (a plain frame source)."""
+    from .prefetch import prefetched
+
     timed = sorted((q for q in questions if q.at_s is not None), key=lambda q: q.at_s or 0.0)
     at_end = [q for q in questions if q.at_s is None]
     answers: list[AskedAnswer] = []
@@ -82,7 +89,8 @@ def run_stream(
         if on_answer:
             on_answer(result)
 
-    for frame in frames:
+    source = prefetched(frames, prefetch)
+    for frame in source:
         while timed and frame.timestamp > timed[0].at_s:
             session.flush()
             ask(timed.pop(0))
@@ -91,6 +99,7 @@ def run_stream(
             on_frame(frame)
         if should_stop and should_stop():
             break
+    source.close()
     session.flush()
     for q in [*timed, *at_end]:
         ask(q)

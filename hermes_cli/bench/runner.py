@@ -9,8 +9,9 @@ by restarting per length, so a step costs only the frames since the previous one
 Each record holds: ``ttft_ms`` (question in → first token out, median), ``tpot_ms`` (time per
 output token after the first, median; answers always run to ``max_new_tokens``: end-of-sequence
 is ignored while benchmarking), ``peak_memory_bytes`` (GPU: ``torch.cuda.max_memory_allocated``
-since the policy's stream began; CPU: the process's peak resident set size since then, reset per
-policy where Linux allows, so it includes the weights), ``kv_bytes`` (the keys and values held),
+since the policy's stream began; CPU: the process's peak resident set size since then, so it
+includes the weights — before each policy, memory freed by the previous one is handed back to the
+OS and the peak is reset, so each policy's peak is its own), ``kv_bytes`` (the keys and values held),
 ``cache_tokens`` (tokens per layer: prefix + stream), ``ingest_ms_per_frame`` (encode + prefill +
 compression per frame, over the frames since the previous step), ``compress_ms_per_chunk`` (the
 policy's compression time per chunk, averaged over the chunks since the previous step, chunks
@@ -29,9 +30,13 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
+from typing import cast
 
 import numpy as np
 import torch
+
+from .. import defaults
+from ..models.base import ModelAdapter
 
 DEFAULT_STEPS = (16, 64, 256, 512)
 DEFAULT_QUESTION = "What is happening in the video?"
@@ -59,6 +64,17 @@ class BenchRecord:
     memory_kind: str = "rss"  # "gpu" (max_memory_allocated) or "rss" (process peak resident set)
     compressions: int = 0
     ttft_samples_ms: list[float] = field(default_factory=list)
+    # over the chunks since the previous step (for the per-policy summary and --profile)
+    chunks: int = 0
+    folded_chunks: int = 0  # chunks whose pseudo-queries rode in their own prefill
+    prefill_ms_total: float = 0.0  # vision encoding + prefill
+    compress_ms_total: float = 0.0  # separate pseudo-query pass + selection + compaction
+    ingest_s: float = 0.0  # wall time of ingesting the frames since the previous step (decoding included)
+    stream_s: float = 0.0  # stream time those frames cover (frames / fps)
+    decode_ms_total: float = 0.0  # waiting for frames (decoding ahead in a thread overlaps the rest)
+    encode_ms_total: float = 0.0  # vision encoding
+    pseudo_query_ms_total: float = 0.0  # separate pseudo-query passes (folded ones are in prefill)
+    baseline_memory_bytes: int = 0  # resident/allocated memory when the policy's stream began
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -66,6 +82,9 @@ class BenchRecord:
             if d[key] is not None:
                 d[key] = round(d[key], 3)
         d["compress_fraction"] = round(d["compress_fraction"], 5)
+        for key in ("prefill_ms_total", "compress_ms_total", "ingest_s", "stream_s", "decode_ms_total",
+                    "encode_ms_total", "pseudo_query_ms_total"):
+            d[key] = round(d[key], 3)
         d["ttft_samples_ms"] = [round(x, 3) for x in d["ttft_samples_ms"]]
         return d
 
@@ -125,9 +144,37 @@ def video_frames(path: str, fps: float) -> Iterator[tuple[np.ndarray, float]]:
 
 
 # -- memory -----------------------------------------------------------------------------------------
-def reset_peak_memory(device: torch.device) -> bool:
-    """Start a new peak: CUDA peak stats, or (Linux) the process's peak RSS. False if it cannot."""
+def release_free_memory() -> None:
+    """Give memory freed by an earlier policy back to the OS (glibc ``malloc_trim``), so the next
+    policy's peak resident set starts from what is really held, not from a cached high-water mark."""
     gc.collect()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def current_memory_bytes(device: torch.device) -> int:
+    """GPU: allocated bytes; CPU: the resident set now (Linux ``VmRSS``; 0 where unknown)."""
+    if device.type == "cuda":
+        return int(torch.cuda.memory_allocated(device))
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def reset_peak_memory(device: torch.device) -> bool:
+    """Start a new peak: CUDA peak stats, or (Linux) the process's peak RSS. False if it cannot.
+
+    Freed memory is returned to the OS first, so each policy's peak is its own."""
+    release_free_memory()
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
@@ -156,6 +203,11 @@ def peak_memory_bytes(device: torch.device) -> tuple[int, str]:
 
 
 # -- the adapter as the benchmark drives it -------------------------------------------------------------
+def bench_adapter(adapter: ModelAdapter, synthetic_vision: bool = False) -> ModelAdapter:
+    """``adapter`` as the benchmark drives it (see ``BenchAdapter``), typed as what it stands in for."""
+    return cast(ModelAdapter, BenchAdapter(adapter, synthetic_vision))
+
+
 class BenchAdapter:
     """The model adapter with two benchmark changes, everything else passed through.
 
@@ -211,36 +263,55 @@ def measure_answers(session, question: str, *, repeats: int, warmup: int, max_ne
 ProgressFn = Callable[[dict], None]
 
 
+class BenchInterrupted(Exception):
+    """Ctrl-C during a benchmark: ``records`` holds the steps measured before it."""
+
+    def __init__(self, records: list) -> None:  # BenchRecord, or QuestionRecord for --questions
+        super().__init__("interrupted")
+        self.records = records
+
+
 def run_policy(adapter, policy_name: str, steps: list[int], *, budget: int | None, chunk: int, fps: float,
                frames: Iterator[tuple[np.ndarray, float]], repeats: int, warmup: int, max_new_tokens: int,
                question: str = DEFAULT_QUESTION, policy_options: dict | None = None,
-               progress: ProgressFn | None = None) -> list[BenchRecord]:
-    """One continuing stream under ``policy_name``, paused at each step to answer; a record per step."""
+               progress: ProgressFn | None = None, records: list[BenchRecord] | None = None,
+               pseudo_query: str = defaults.PSEUDO_QUERY) -> list[BenchRecord]:
+    """One continuing stream under ``policy_name``, paused at each step to answer; a record per step.
+
+    Records are appended to ``records`` (if given) as soon as they are measured, so a caller
+    interrupted by Ctrl-C still has them.
+    """
     from policies import make_policy
 
     from ..engine.session import Session, SessionConfig
 
     device = adapter.device
-    config = SessionConfig(budget=budget, chunk_frames=chunk, fps=fps, max_new_tokens=max_new_tokens, history=False)
+    config = SessionConfig(budget=budget, chunk_frames=chunk, fps=fps, max_new_tokens=max_new_tokens, history=False,
+                           pseudo_query=pseudo_query)
     reset_peak_memory(device)
+    baseline = current_memory_bytes(device)
     session = Session(adapter, make_policy(policy_name, **(policy_options or {})), config)
-    records: list[BenchRecord] = []
+    records = [] if records is None else records
+    first = len(records)
     fed = 0
     stream_tokens = 0
     notify = progress or (lambda event: None)
     try:
         for step in steps:
-            reports, ingest_s, seg_frames = [], 0.0, 0
+            reports, ingest_s, decode_s, seg_frames = [], 0.0, 0.0, 0
             while fed < step:
+                t0 = time.perf_counter()
                 try:
                     frame, ts = next(frames)
                 except StopIteration:
                     raise ValueError(
                         f"the video ran out after {fed} frames at {fps:g} fps; ask for fewer --frames or a higher --fps"
                     ) from None
-                t0 = time.perf_counter()
+                t1 = time.perf_counter()
                 reports += session.ingest([frame], [ts])
-                ingest_s += time.perf_counter() - t0
+                t2 = time.perf_counter()
+                decode_s += t1 - t0
+                ingest_s += t2 - t0
                 fed += 1
                 seg_frames += 1
                 notify({"phase": "ingest", "policy": policy_name, "frames": fed, "step": step})
@@ -271,25 +342,37 @@ def run_policy(adapter, policy_name: str, steps: list[int], *, budget: int | Non
                 memory_kind=kind,
                 compressions=session.compressions,
                 ttft_samples_ms=samples,
+                chunks=len(reports),
+                folded_chunks=sum(r.folded for r in reports),
+                prefill_ms_total=prefill,
+                compress_ms_total=compress,
+                ingest_s=ingest_s,
+                stream_s=seg_frames / fps,
+                decode_ms_total=decode_s * 1e3,
+                encode_ms_total=sum(r.encode_ms for r in reports),
+                pseudo_query_ms_total=sum(r.pseudo_query_ms for r in reports),
+                baseline_memory_bytes=baseline,
             ))
             notify({"phase": "measured", "policy": policy_name, "frames": fed, "step": step, "record": records[-1]})
     finally:
         del session
-        gc.collect()
+        release_free_memory()
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    return records
+    return records[first:]
 
 
 def run_bench(adapter, policies: list[str], steps: list[int], *, budget: int | None, chunk: int = 16,
               fps: float = 1.0, repeats: int = 3, warmup: int = 1, max_new_tokens: int = 16,
               frames: Callable[[], Iterator[tuple[np.ndarray, float]]] | None = None,
               synthetic_vision: bool = False, question: str = DEFAULT_QUESTION,
-              policy_options: dict[str, dict] | None = None, progress: ProgressFn | None = None) -> list[BenchRecord]:
+              policy_options: dict[str, dict] | None = None, progress: ProgressFn | None = None,
+              pseudo_query: str = defaults.PSEUDO_QUERY) -> list[BenchRecord]:
     """Benchmark each policy on one growing stream; records in policy order, then stream length.
 
     ``frames`` makes a fresh (frame, timestamp) iterator per policy (default: synthetic frames at
     ``fps``); ``synthetic_vision`` skips the vision tower (random embeddings, real layout).
+    Ctrl-C raises ``BenchInterrupted`` carrying the records measured so far.
     """
     if repeats < 1:
         raise ValueError("--repeats must be at least 1")
@@ -298,15 +381,83 @@ def run_bench(adapter, policies: list[str], steps: list[int], *, budget: int | N
     if max_new_tokens < 1:
         raise ValueError("--max-new-tokens must be at least 1")
     steps = sorted(set(steps))
-    bench_adapter = BenchAdapter(adapter, synthetic_vision)
+    driven = bench_adapter(adapter, synthetic_vision)
     make_frames = frames or (lambda: synthetic_frames(fps=fps))
     records: list[BenchRecord] = []
-    for name in policies:
-        records += run_policy(
-            bench_adapter, name, steps, budget=budget, chunk=chunk, fps=fps, frames=make_frames(),
-            repeats=repeats, warmup=warmup, max_new_tokens=max_new_tokens, question=question,
-            policy_options=(policy_options or {}).get(name), progress=progress,
-        )
+    from ..app.prefetch import prefetched
+
+    try:
+        for name in policies:
+            source = prefetched(make_frames(), chunk)  # the next chunk decodes while this one prefills
+            try:
+                run_policy(
+                    driven, name, steps, budget=budget, chunk=chunk, fps=fps, frames=source,
+                    repeats=repeats, warmup=warmup, max_new_tokens=max_new_tokens, question=question,
+                    policy_options=(policy_options or {}).get(name), progress=progress, records=records,
+                    pseudo_query=pseudo_query,
+                )
+            finally:
+                source.close()
+    except KeyboardInterrupt:
+        raise BenchInterrupted(records) from None
+    return records
+
+
+def default_budget(adapter, steps: list[int], chunk: int, frame_hw: tuple[int, int]) -> tuple[int, int]:
+    """(budget, stream tokens at the longest step) for a run that sets no budget: a quarter of
+    what the longest step streams (at least two chunks), so every policy reaches it early.
+
+    Tokens per chunk come from the family's real token layout for frames of ``frame_hw``.
+    """
+    per = adapter.frames_per_unit
+    frames = max(per, chunk - chunk % per)
+    tokens = int(adapter.synthetic_encode(frames, 0, frame_hw).embeds.shape[1])
+    stream = math.ceil(steps[-1] / frames) * tokens
+    return max(2 * tokens, stream // 4), stream
+
+
+# -- many questions on one stream ----------------------------------------------------------------------
+@dataclass
+class QuestionRecord:
+    """One of many questions asked in turn on one stream (history on)."""
+
+    index: int
+    ttft_ms: float
+    prompt_tokens: int  # tokens prefilled for it
+    context_tokens: int  # earlier turns in front of it (kept or re-encoded)
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "ttft_ms": round(self.ttft_ms, 3)}
+
+
+def run_questions(adapter, count: int, *, frames_before: int, policy: str, budget: int | None, chunk: int,
+                  fps: float, frames: Iterator[tuple[np.ndarray, float]], max_new_tokens: int,
+                  history_tokens: int, history_kv: bool = True, question: str = DEFAULT_QUESTION,
+                  synthetic_vision: bool = False, progress: ProgressFn | None = None,
+                  records: list[QuestionRecord] | None = None) -> list[QuestionRecord]:
+    """Stream ``frames_before`` frames, then ask ``question`` ``count`` times in a row, each turn
+    remembered (history on): TTFT per question. Ctrl-C raises ``BenchInterrupted``."""
+    from policies import make_policy
+
+    from ..engine.session import Session, SessionConfig
+
+    config = SessionConfig(budget=budget, chunk_frames=chunk, fps=fps, max_new_tokens=max_new_tokens,
+                           history_tokens=history_tokens, history_kv=history_kv)
+    session = Session(bench_adapter(adapter, synthetic_vision), make_policy(policy), config)
+    notify = progress or (lambda event: None)
+    records = [] if records is None else records
+    try:
+        for i in range(frames_before):
+            frame, ts = next(frames)
+            session.ingest([frame], [ts])
+            notify({"phase": "ingest", "frames": i + 1})
+        session.flush()
+        for i in range(count):
+            a = session.answer(question)
+            records.append(QuestionRecord(i + 1, a.ttft_ms or math.nan, a.prompt_tokens, a.context_tokens))
+            notify({"phase": "measured", "record": records[-1]})
+    except KeyboardInterrupt:
+        raise BenchInterrupted(records) from None
     return records
 
 
@@ -319,20 +470,56 @@ class PolicySummary:
     ttft_ratio: float
     memory_ratio: float
     kv_ratio: float
+    compress_fraction: float = 0.0  # compression / prefill time over the whole stream
+    peak_memory_bytes: int = 0  # this policy's own peak (measured from its own start)
+    realtime: float = math.nan  # stream time / ingest wall time (×real time; > 1: faster than real time)
+    budget_reached: bool = False  # some step held fewer tokens than it streamed
+    kv_bytes: int = 0  # at the longest step
 
 
 def summarise(records: list[BenchRecord]) -> list[PolicySummary]:
-    """Per policy: TTFT(most frames)/TTFT(fewest), peak memory and KV-cache bytes likewise."""
+    """Per policy: TTFT(most frames)/TTFT(fewest), peak memory and KV-cache bytes likewise, and
+    over the whole stream its compression share, own peak memory and ingest speed."""
     out = []
     for name in dict.fromkeys(r.policy for r in records):
         rows = sorted((r for r in records if r.policy == name), key=lambda r: r.frames)
         first, last = rows[0], rows[-1]
+        prefill = sum(r.prefill_ms_total for r in rows)
+        ingest = sum(r.ingest_s for r in rows)
         out.append(PolicySummary(
             policy=name, frames_fewest=first.frames, frames_most=last.frames,
             ttft_ratio=_ratio(last.ttft_ms, first.ttft_ms),
             memory_ratio=_ratio(last.peak_memory_bytes, first.peak_memory_bytes),
             kv_ratio=_ratio(last.kv_bytes, first.kv_bytes),
+            compress_fraction=sum(r.compress_ms_total for r in rows) / prefill if prefill > 0 else 0.0,
+            peak_memory_bytes=max(r.peak_memory_bytes for r in rows),
+            realtime=sum(r.stream_s for r in rows) / ingest if ingest > 0 else math.nan,
+            budget_reached=any(r.compressions > 0 for r in rows),
+            kv_bytes=last.kv_bytes,
         ))
+    return out
+
+
+def profile(records: list[BenchRecord]) -> list[dict]:
+    """Per policy, a chunk's time split (ms per chunk, means over the stream): decode (producing
+    frames), vision encoding, prefill (without encoding), separate pseudo-query pass, selection
+    (compression without the pseudo-query pass), and how many chunks folded their pseudo-queries."""
+    out = []
+    for name in dict.fromkeys(r.policy for r in records):
+        rows = [r for r in records if r.policy == name]
+        chunks = max(sum(r.chunks for r in rows), 1)
+        encode = sum(r.encode_ms_total for r in rows)
+        pseudo = sum(r.pseudo_query_ms_total for r in rows)
+        out.append({
+            "policy": name,
+            "chunks": chunks,
+            "folded_chunks": sum(r.folded_chunks for r in rows),
+            "decode_ms": sum(r.decode_ms_total for r in rows) / chunks,
+            "encode_ms": encode / chunks,
+            "prefill_ms": (sum(r.prefill_ms_total for r in rows) - encode) / chunks,
+            "pseudo_query_ms": pseudo / chunks,
+            "select_ms": (sum(r.compress_ms_total for r in rows) - pseudo) / chunks,
+        })
     return out
 
 

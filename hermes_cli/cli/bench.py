@@ -13,7 +13,7 @@ import typer
 
 from .. import defaults
 from .console import UserError, err, out, set_debug
-from .options import BudgetOpt, ChunkOpt, DebugOpt, DeviceOpt, DtypeOpt, FpsOpt
+from .options import ChunkOpt, DebugOpt, DeviceOpt, DtypeOpt, FpsOpt, PseudoQueryOpt
 
 
 def bench(
@@ -24,7 +24,11 @@ def bench(
     policies: Annotated[str, typer.Option(
         "--policies", help="Comma-separated memory policies to compare (see `hermes policies`).",
     )] = defaults.BENCH_POLICIES,
-    budget: BudgetOpt = defaults.BUDGET,
+    budget: Annotated[int | None, typer.Option(
+        "--budget", "-b", metavar="TOKENS",
+        help="Stream tokens kept per layer. Default: a quarter of what the longest step streams "
+        "(at least two chunks), so every policy reaches its budget early; the choice is printed.",
+    )] = None,
     chunk: ChunkOpt = defaults.CHUNK_FRAMES,
     model: Annotated[str, typer.Option(
         "--model", "-m", metavar="NAME|PATH",
@@ -65,6 +69,21 @@ def bench(
     plot: Annotated[str | None, typer.Option(
         "--plot", help="Write a PNG of TTFT and memory against frames, one line per policy (needs matplotlib).",
     )] = None,
+    profile: Annotated[bool, typer.Option(
+        "--profile", help="Split a chunk's time per policy: decode, vision encoding, prefill, pseudo-query, selection.",
+    )] = False,
+    questions: Annotated[int, typer.Option(
+        "--questions", metavar="N",
+        help="Instead: stream the longest step, then ask the question N times in a row with history on "
+        "(first policy only); report TTFT per question, first vs last.",
+    )] = 0,
+    history_tokens: Annotated[int, typer.Option(
+        "--history-tokens", metavar="N", help="With --questions: earlier turns carried per question, up to N tokens.",
+    )] = defaults.HISTORY_TOKENS,
+    history_text: Annotated[bool, typer.Option(
+        "--history-text", help="With --questions: re-encode earlier turns as text instead of keeping their keys and values.",
+    )] = False,
+    pseudo_query: PseudoQueryOpt = defaults.PSEUDO_QUERY,
     debug: DebugOpt = False,
 ) -> None:
     """Measure how answering and memory scale with stream length, per memory policy.
@@ -100,8 +119,10 @@ def bench(
         frame_size = _parse_size(size)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
-    if budget < 1:
+    if budget is not None and budget < 1:
         raise UserError("--budget must be a positive number of tokens")
+    if questions < 0 or history_tokens < 0:
+        raise UserError("--questions and --history-tokens cannot be negative")
     if chunk < 1:
         raise UserError("--chunk must be at least 1")
     if fps <= 0:
@@ -123,12 +144,33 @@ def bench(
     adapter = _load(model, arch, device, dtype)
     frame_source = _frame_source(video, fps, frame_size)
 
+    if budget is None:
+        from ..bench.runner import default_budget
+
+        budget, streamed = default_budget(adapter, steps, chunk, frame_size)
+        err.print(f"defaults: budget {budget} tokens/layer = a quarter of the {streamed} tokens {steps[-1]} frames "
+                  f"stream ({streamed // max(steps[-1], 1)} per frame at {frame_size[0]}x{frame_size[1]}) — "
+                  "set --budget to choose", soft_wrap=True)
     info = _describe(adapter, synthetic_vision, names, steps, budget, chunk)
     for line in info:
         err.print(line, soft_wrap=True)
 
-    records = _run(adapter, names, steps, budget, chunk, fps, repeats, warmup, max_new_tokens, question,
-                   frame_source, synthetic_vision, json_out=json_out, console=err)
+    if questions:
+        _questions(adapter, questions, steps[-1], names[0], budget, chunk, fps, frame_source, max_new_tokens,
+                   history_tokens, not history_text, question, synthetic_vision, json_out)
+        return
+
+    from ..bench.runner import BenchInterrupted
+
+    interrupted = False
+    try:
+        records = _run(adapter, names, steps, budget, chunk, fps, repeats, warmup, max_new_tokens, question,
+                       frame_source, synthetic_vision, json_out=json_out, console=err, pseudo_query=pseudo_query)
+    except BenchInterrupted as exc:
+        records, interrupted = exc.records, True
+        err.print(f"[yellow]interrupted[/]: {len(records)} step(s) measured — reporting those")
+        if not records:
+            raise typer.Exit(130) from None
 
     from ..bench.runner import summarise, ttft_versus
 
@@ -138,8 +180,13 @@ def bench(
     for s in summarise(records):
         summary_console.print(
             f"[bold]{s.policy}[/]: TTFT({s.frames_most})/TTFT({s.frames_fewest}) = {s.ttft_ratio:.2f} · "
-            f"peak memory ×{s.memory_ratio:.2f} · KV cache ×{s.kv_ratio:.2f}"
+            f"peak memory ×{s.memory_ratio:.2f} · KV cache ×{s.kv_ratio:.2f} · "
+            f"compress_fraction {100 * s.compress_fraction:.1f}% · peak {s.peak_memory_bytes / 2**20:.0f} MiB · "
+            f"ingest ×{s.realtime:.1f} real time at {fps:g} fps · KV {s.kv_bytes / 2**20:.2f} MiB · "
+            + ("budget reached" if s.budget_reached else "[yellow]budget never reached[/]")
         )
+    if profile:
+        _print_profile(records, summary_console)
     for bounded in ("hermes", "infinipot"):
         if bounded in names and "fifo" in names:
             ratio = ttft_versus(records, bounded, "fifo")
@@ -154,6 +201,60 @@ def bench(
         except (OSError, ValueError) as exc:
             raise UserError(f"cannot write the plot to {plot}: {exc}") from exc
         summary_console.print(f"plot written to {plot}")
+    if interrupted:
+        raise typer.Exit(130)
+
+
+def _print_profile(records, console) -> None:
+    from ..bench.runner import profile
+
+    for p in profile(records):
+        folded = f" · {p['folded_chunks']} of {p['chunks']} chunks folded their pseudo-queries into prefill" \
+            if p["folded_chunks"] else ""
+        console.print(
+            f"[bold]{p['policy']}[/] per chunk: decode {p['decode_ms']:.1f} ms · vision {p['encode_ms']:.1f} ms · "
+            f"prefill {p['prefill_ms']:.1f} ms · pseudo-query {p['pseudo_query_ms']:.1f} ms · "
+            f"selection {p['select_ms']:.1f} ms{folded}"
+        )
+
+
+def _questions(adapter, count, frames_before, policy, budget, chunk, fps, frame_source, max_new_tokens,
+               history_tokens, history_kv, question, synthetic_vision, json_out) -> None:
+    """``--questions N``: TTFT of N questions in a row on one stream, first against last."""
+    import statistics
+
+    from ..bench.runner import BenchInterrupted, run_questions
+
+    mode = "kept keys and values" if history_kv else "re-encoded text"
+    err.print(f"{frames_before} frames under {policy}, then {count} questions with history on "
+              f"(up to {history_tokens} tokens of earlier turns, {mode})", soft_wrap=True)
+
+    def on_event(event):
+        if event["phase"] == "measured" and json_out:
+            print(json.dumps(event["record"].to_json()), flush=True)
+
+    interrupted = False
+    try:
+        records = run_questions(adapter, count, frames_before=frames_before, policy=policy, budget=budget,
+                                chunk=chunk, fps=fps, frames=frame_source(), max_new_tokens=max_new_tokens,
+                                history_tokens=history_tokens, history_kv=history_kv, question=question,
+                                synthetic_vision=synthetic_vision, progress=on_event)
+    except BenchInterrupted as exc:
+        records, interrupted = exc.records, True
+    if records:
+        console = err if json_out else out
+        first, last = records[0], records[-1]
+        window = min(10, len(records))
+        head = statistics.median(r.ttft_ms for r in records[:window])
+        tail = statistics.median(r.ttft_ms for r in records[-window:])
+        console.print(
+            f"question 1: TTFT {first.ttft_ms:.1f} ms (context {first.context_tokens} tokens) · "
+            f"question {last.index}: TTFT {last.ttft_ms:.1f} ms (context {last.context_tokens} tokens, "
+            f"{last.prompt_tokens} prefilled) · ratio {last.ttft_ms / first.ttft_ms:.2f} · "
+            f"median of the last {window} / first {window}: {tail / head:.2f}", soft_wrap=True,
+        )
+    if interrupted:
+        raise typer.Exit(130)
 
 
 def _parse_size(text: str) -> tuple[int, int]:
@@ -211,7 +312,7 @@ def _describe(adapter, synthetic_vision, names, steps, budget, chunk) -> list[st
 
 
 def _run(adapter, names, steps, budget, chunk, fps, repeats, warmup, max_new_tokens, question, frame_source,
-         synthetic_vision, *, json_out, console):
+         synthetic_vision, *, json_out, console, pseudo_query):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..bench.runner import run_bench
@@ -250,7 +351,8 @@ def _run(adapter, names, steps, budget, chunk, fps, repeats, warmup, max_new_tok
             task = progress.add_task("bench", total=total, info="")
             return run_bench(adapter, names, steps, budget=budget, chunk=chunk, fps=fps, repeats=repeats,
                              warmup=warmup, max_new_tokens=max_new_tokens, frames=frame_source,
-                             synthetic_vision=synthetic_vision, question=question, progress=on_event)
+                             synthetic_vision=synthetic_vision, question=question, progress=on_event,
+                             pseudo_query=pseudo_query)
     except (ValueError, SourceError, PositionLimitError) as exc:
         raise UserError(str(exc).splitlines()[0]) from exc
 

@@ -95,6 +95,7 @@ class AnswerSettings:
     max_new_tokens: int = defaults.MAX_NEW_TOKENS
     history: bool = True
     system: str | None = None
+    history_tokens: int = defaults.HISTORY_TOKENS
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,7 @@ class SessionSettings:
             return SessionConfig(
                 budget=m.budget, chunk_frames=m.chunk, fps=m.fps, reindex=m.reindex, pseudo_query=m.pseudo_query,
                 max_new_tokens=self.answers.max_new_tokens, history=self.answers.history,
+                history_tokens=self.answers.history_tokens,
                 system_prompt=self.answers.system or defaults.SYSTEM_PROMPT,
             )
         except ValueError as exc:

@@ -27,6 +27,7 @@ from .options import (
     DeviceOpt,
     DtypeOpt,
     FpsOpt,
+    HistoryTokensOpt,
     JsonOpt,
     MaxNewTokensOpt,
     MaxPixelsOpt,
@@ -77,9 +78,10 @@ class MemoryOptions:
 
 @dataclass(frozen=True)
 class AnswerOptions:
-    """--max-new-tokens, --system."""
+    """--max-new-tokens, --history-tokens, --system."""
 
     max_new_tokens: MaxNewTokensOpt = defaults.MAX_NEW_TOKENS
+    history_tokens: HistoryTokensOpt = defaults.HISTORY_TOKENS
     system: SystemOpt = None
 
 
@@ -109,7 +111,7 @@ def session_settings(model: ModelOptions, memory: MemoryOptions, answers: Answer
                      history: bool = True) -> SessionSettings:
     """What a session is built from, from its option groups."""
     return SessionSettings(model.settings(), memory.settings(),
-                           AnswerSettings(answers.max_new_tokens, history, answers.system))
+                           AnswerSettings(answers.max_new_tokens, history, answers.system, answers.history_tokens))
 
 
 def with_option_groups(command: F) -> F:

@@ -80,3 +80,8 @@ ConvertMemoryOpt = Annotated[
     typer.Option("--convert-memory", help="Convert a --memory saved in another dtype (e.g. bf16 on a GPU) to the "
                  "model's dtype instead of refusing it."),
 ]
+HistoryTokensOpt = Annotated[
+    int,
+    typer.Option("--history-tokens", metavar="N", help="Earlier questions and answers carried in each question's "
+                 "prompt, newest first, up to N tokens (0: none); keeps the time to first token bounded."),
+]

@@ -232,7 +232,8 @@ def run_batch(session, frames, questions, json_out: bool, *, progress: bool = Tr
     try:
         with bar, frames:
             task = bar.add_task("stream", total=frames.duration_s, info="")
-            run_stream(session, frames, questions, on_answer=on_answer, on_frame=on_frame)
+            run_stream(session, frames, questions, on_answer=on_answer, on_frame=on_frame,
+                       prefetch=session.config.chunk_frames)  # decode the next chunk while this one prefills
     except (SourceError, PositionLimitError) as exc:
         from .urls import explain_source_error
 

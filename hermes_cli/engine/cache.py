@@ -236,6 +236,30 @@ class StreamingCache(Cache):
                 layer.meta = layer.meta.select(slice(0, mark.length))
         self.next_id = mark.next_id
 
+    def drop_tail(self, n: int) -> None:
+        """Forget the last ``n`` tokens a forward appended before they were recorded (the
+        pseudo-queries folded into a chunk's prefill); what stays is bit-identical."""
+        for layer in self.stream_layers:
+            held = 0 if layer.meta is None else len(layer.meta)
+            if n < 0 or layer.length - n < held:
+                raise RuntimeError(f"cannot drop {n} unrecorded tokens: layer holds {layer.length}, recorded {held}")
+            layer.length -= n
+
+    def copy_tail(self, mark: Mark) -> tuple[list[Tensor], list[Tensor], TokenMeta]:
+        """Copies of every layer's keys and values appended after ``mark`` (1, H, n, D), and the
+        first layer's metadata for them (the tokens after a mark are the same in every layer)."""
+        keys = [l.keys[:, :, mark.length : l.length].clone() for l in self.stream_layers]
+        values = [l.values[:, :, mark.length : l.length].clone() for l in self.stream_layers]
+        return keys, values, self.meta(0).select(slice(mark.length, self.length))
+
+    def append(self, keys: list[Tensor], values: list[Tensor], meta: TokenMeta) -> None:
+        """Append already computed keys and values (one (1, H, n, D) pair per layer) with ``meta``."""
+        if len(keys) != self.num_layers or len(values) != self.num_layers:
+            raise ValueError(f"keys and values for {len(keys)} layers, the cache has {self.num_layers}")
+        for layer, k, v in zip(self.stream_layers, keys, values, strict=True):
+            layer.update(k, v)
+        self.record(meta)
+
     # -- what policies see and what they choose -------------------------------------------------
     def stream_view(self, layer: int, attention: dict[str, Tensor] | None = None) -> LayerTokens:
         """The stream tokens (everything after the prefix) of one layer, as a policy sees them."""

@@ -21,6 +21,8 @@ class SessionConfig:
     max_new_tokens: int = defaults.MAX_NEW_TOKENS
     repetition_penalty: float = defaults.REPETITION_PENALTY
     history: bool = True
+    history_tokens: int = defaults.HISTORY_TOKENS  # prompt tokens of earlier turns per question, newest first
+    history_kv: bool = defaults.HISTORY_KV  # keep earlier turns' keys and values (False: re-encode them as text)
     reindex: str = defaults.REINDEX
     reindex_margin: int | None = None  # lazy: compact when the next position passes limit - margin
     pseudo_query: str = defaults.PSEUDO_QUERY  # "approx": the paper's method; "forward": a real forward (ours)
@@ -43,6 +45,8 @@ class SessionConfig:
             raise ValueError(f"--fps must be positive, got {self.fps}")
         if self.budget is not None and self.budget < 1:
             raise ValueError(f"--budget must be a positive number of tokens, got {self.budget}")
+        if self.history_tokens < 0:
+            raise ValueError(f"--history-tokens cannot be negative, got {self.history_tokens}")
         if self.max_new_tokens < 1:
             raise ValueError(f"--max-new-tokens must be at least 1, got {self.max_new_tokens}")
         if self.repetition_penalty <= 0:

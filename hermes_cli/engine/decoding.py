@@ -7,13 +7,13 @@ after eviction, so the loop here places every token itself.
 from __future__ import annotations
 
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 
 import torch
 from torch import Tensor
 
 from ..models.base import ModelAdapter
-from .cache import KIND_TEXT, StreamingCache
+from .cache import KIND_TEXT, Mark, StreamingCache
 from .positions import PositionTracker
 from .prefill import prefill
 from .records import Answer
@@ -21,18 +21,24 @@ from .records import Answer
 
 def greedy_answer(adapter: ModelAdapter, cache: StreamingCache, positions: PositionTracker, prompt: Tensor,
                   answer: Answer, *, max_new_tokens: int, repetition_penalty: float,
-                  penalise_prompt: bool = False, record_logits: bool = False) -> Generator[str, None, None]:
+                  penalise_prompt: bool = False, record_logits: bool = False,
+                  setup: Callable[[], None] | None = None,
+                  keep: Callable[[Mark], None] | None = None) -> Generator[str, None, None]:
     """Append ``prompt`` after the cache, decode greedily and yield text as it becomes valid UTF-8.
 
     The repetition penalty covers the generated tokens (and the prompt too with
-    ``penalise_prompt``). Fills ``answer`` (text, tokens, TTFT, TPOT). The cache is rolled back to exactly what it held
-    before, also when the consumer stops early (the generator is closed).
+    ``penalise_prompt``). Fills ``answer`` (text, tokens, TTFT, TPOT). The cache is rolled back to
+    exactly what it held before, also when the consumer stops early (the generator is closed).
+    ``setup`` runs first (inside the timing, its appends rolled back too: e.g. earlier turns'
+    keys and values); ``keep(mark)`` sees the cache just before the rollback of a completed answer.
     """
     eos = adapter.eos_token_ids
     mark = cache.mark()
     t0 = time.perf_counter()
     step_times: list[float] = []
     try:
+        if setup is not None:
+            setup()
         where = positions.text(prompt.shape[0])
         embeds = adapter.embed(prompt)
         seen = prompt.tolist() if penalise_prompt else []
@@ -59,6 +65,8 @@ def greedy_answer(adapter: ModelAdapter, cache: StreamingCache, positions: Posit
             answer.text = text
             where = positions.text(1, start=int(where[-1].max()) + 1)
             embeds = adapter.embed(torch.tensor([token]))
+        if keep is not None:
+            keep(mark)
     finally:
         cache.rollback(mark)
         if step_times:

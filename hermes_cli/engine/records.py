@@ -28,6 +28,8 @@ class Answer:
     tpot_ms: float | None = None
     step_logits: list[Tensor] = field(default_factory=list)  # only when recorded
     no_frames: bool = False
+    prompt_tokens: int = 0  # tokens prefilled for the question (earlier turns re-encoded as text included)
+    context_tokens: int = 0  # earlier turns' tokens in front of the question (re-encoded or kept)
 
     def record(self) -> dict:
         """When it was asked and what it cost, as reported in JSON output."""
@@ -50,6 +52,9 @@ class ChunkReport:
     compress_ms: float
     compressed: bool
     reindexed: bool
+    encode_ms: float = 0.0  # vision encoding (part of prefill_ms)
+    pseudo_query_ms: float = 0.0  # a separate pseudo-query pass (part of compress_ms; 0 when folded)
+    folded: bool = False  # the pseudo-queries rode in this chunk's prefill (their cost is in prefill_ms)
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,9 @@ from policies.full import FullPolicy
 
 from ..models.base import ModelAdapter
 from .cache import KIND_PREFIX, KIND_VIDEO, StreamingCache
-from .compression import Signals, compress, pseudo_query_attention
+from .compression import Signals, compress, prefill_with_pseudo_queries, pseudo_query_attention
 from .config import SessionConfig
+from .conversation import ConversationMemory
 from .decoding import greedy_answer
 from .positions import PositionLimitError, PositionTracker
 from .prefill import prefill
@@ -81,6 +82,8 @@ class Session:
         self.positions = PositionTracker(adapter, self.cache, self.config.fps, self.config.reindex,
                                          self.config.reindex_margin, self.config.reindex_spacing)
         self.history: list[tuple[str, str]] = []
+        kv_turns = self.config.history and self.config.history_kv and self.config.history_tokens > 0
+        self.conversation = ConversationMemory(self.config.history_tokens) if kv_turns else None
         self.frames_seen = 0
         self.units_seen = 0
         self.unit_times: list[float] = []  # timestamp of each unit's first frame
@@ -157,8 +160,15 @@ class Session:
         with self.lock:
             t0 = time.perf_counter()
             chunk = self.adapter.encode(frames, self.units_seen, times)
+            encode_ms = (time.perf_counter() - t0) * 1e3
             where = self.positions.for_chunk(chunk, self.units_seen, bounded=self.budget is not None)
-            prefill(self.adapter, self.cache, chunk.embeds, where, KIND_VIDEO, chunk)
+            texts, layers = self._folding_plan(chunk.embeds.shape[1])
+            attention = None
+            if texts:  # this chunk will trigger a compression: its pseudo-queries ride in its prefill
+                start = max(self.positions.next(), int(where.max()) + 1)
+                attention = prefill_with_pseudo_queries(self.adapter, self.cache, chunk, where, texts, start, layers)
+            else:
+                prefill(self.adapter, self.cache, chunk.embeds, where, KIND_VIDEO, chunk)
             prefill_ms = (time.perf_counter() - t0) * 1e3
             if self._tokens_per_unit is None:
                 self._tokens_per_unit = max(1, chunk.embeds.shape[1] // max(chunk.units, 1))
@@ -168,13 +178,14 @@ class Session:
             self.frames_seen += len(items) if real is None else real
             self.stream_time_s = max(self.stream_time_s, times[-1])
             t1 = time.perf_counter()
-            compressed = self._compress_if_needed()
+            compressed, pseudo_query_ms = self._compress_if_needed(attention)
             reindexed = compressed and self.config.reindex == "eager"
             if reindexed:
                 self.positions.reindex(self.units_seen)
             compress_ms = (time.perf_counter() - t1) * 1e3
             self.last_chunk = ChunkReport(real or len(items), chunk.embeds.shape[1], prefill_ms, compress_ms,
-                                          compressed, reindexed)
+                                          compressed, reindexed, encode_ms=encode_ms,
+                                          pseudo_query_ms=pseudo_query_ms, folded=bool(texts))
             return self.last_chunk
 
     def _check_chunk_fits(self, tokens: int) -> None:
@@ -186,18 +197,48 @@ class Session:
                 f"each chunk evicts the one before — {hint}, or raise --budget"
             )
 
-    def _compress_if_needed(self) -> bool:
+    def _pseudo_queries(self) -> tuple[dict[str, str], dict[str, list[int]]]:
+        """The policy's pseudo-query texts (those some layer reads) and, per text, those layers."""
+        layers = self.policy.attention_layers(self.adapter.num_layers)
+        every = list(range(self.adapter.num_layers))
+        texts = self.policy.pseudo_queries(tuple(self.history))
+        return ({name: text for name, text in texts.items() if layers.get(name, every)},
+                {name: layers.get(name, every) for name in texts})
+
+    def _folding_plan(self, chunk_tokens: int) -> tuple[dict[str, str], dict[str, list[int]]]:
+        """The pseudo-queries to fold into the prefill of a chunk of ``chunk_tokens`` tokens:
+        none unless the chunk will trigger a compression that reads their attention."""
+        budget = self.config.budget
+        if budget is None or self.config.pseudo_query != "forward":
+            return {}, {}
+        if not self.policy.should_compress(max(self.cache.stream_counts()) + chunk_tokens, budget):
+            return {}, {}
+        return self._pseudo_queries()
+
+    def _compress_if_needed(self, attention: dict | None = None) -> tuple[bool, float]:
+        """Compress when over budget; (whether it did, ms of a separate pseudo-query pass).
+
+        ``attention``: the pseudo-queries' attention already measured in the chunk's prefill;
+        without it a separate pass measures it (e.g. a memory that was over budget before this chunk).
+        """
         budget = self.config.budget
         if budget is None or not self.policy.should_compress(max(self.cache.stream_counts()), budget):
-            return False
-        texts = self.policy.pseudo_queries(tuple(self.history))
-        attention = pseudo_query_attention(self.adapter, self.cache, texts, self.positions.next(),
-                                           self.config.pseudo_query)
+            return False, 0.0
+        pseudo_query_ms = 0.0
+        if attention is None:
+            texts, layers = self._pseudo_queries()
+            if texts:
+                t0 = time.perf_counter()
+                attention = pseudo_query_attention(self.adapter, self.cache, texts, self.positions.next(),
+                                                   self.config.pseudo_query, layers)
+                pseudo_query_ms = (time.perf_counter() - t0) * 1e3
+            else:
+                attention = {}
         signals = Signals(budget=budget, tokens_per_frame=self._tokens_per_unit or 1, attention=attention,
                           rotary=self.adapter.rotary)
         compress(self.cache, self.policy, signals)
         self.compressions += 1
-        return True
+        return True, pseudo_query_ms
 
     # -- asking -------------------------------------------------------------------------------
     def answer(self, question: str, *, max_new_tokens: int | None = None, record_logits: bool = False) -> Answer:
@@ -227,12 +268,12 @@ class Session:
             if self.units_seen == 0:
                 answer.text, answer.no_frames = NO_FRAMES_ANSWER, True
             else:
-                history = self.history if self.config.history else []
-                text = self.adapter.question_text(answer.question, history, self.config.system_prompt)
+                prompt, setup, keep = self._question_prompt(answer)
                 pieces = greedy_answer(
-                    self.adapter, self.cache, self.positions, self.adapter.tokens(text), answer,
+                    self.adapter, self.cache, self.positions, prompt, answer,
                     max_new_tokens=max_new_tokens, repetition_penalty=self.config.repetition_penalty,
                     penalise_prompt=self.config.penalise_prompt, record_logits=record_logits,
+                    setup=setup, keep=keep,
                 )
                 self._open_answer = answer
         if answer.no_frames:
@@ -280,6 +321,35 @@ class Session:
         self.history = [(q, a) for q, a in state["history"]]
         self.warnings = list(state["warnings"])
         self._pending = [(np.asarray(f), float(t)) for f, t in state["pending"]]
+
+    def _question_prompt(self, answer: Answer):
+        """(prompt ids, setup, keep) for ``greedy_answer``: earlier turns within ``history_tokens``,
+        newest first — as kept keys and values when they match the history, else as text."""
+        config, adapter = self.config, self.adapter
+        history = self.history if config.history else []
+        memory = self.conversation
+        prompt = memory.prompt(adapter, answer.question, history, config.system_prompt) if memory else None
+        if prompt is not None and memory is not None and memory.kept is not None:
+            answer.prompt_tokens, answer.context_tokens = int(prompt.shape[0]), memory.kept.length
+            setup = lambda: memory.attach(self.cache, self.positions, adapter.rotary)  # noqa: E731
+            text_history = 0
+        else:
+            recent = adapter.recent_history(answer.question, history, config.system_prompt, config.history_tokens)
+            prompt = adapter.tokens(adapter.question_text(answer.question, recent, config.system_prompt))
+            bare = len(adapter.tokens(adapter.question_text(answer.question, [], config.system_prompt)))
+            text_history = max(0, int(prompt.shape[0]) - bare) if recent else 0
+            answer.prompt_tokens, answer.context_tokens = int(prompt.shape[0]), text_history
+            setup = None
+        if memory is None:
+            return prompt, setup, None
+        reused, turns = setup is not None, len(self.history) + 1
+
+        def keep(mark):
+            memory.capture(self.cache, mark, reused=reused, prompt_tokens=int(prompt.shape[0]),
+                           answer_tokens=answer.tokens, turn=(answer.question, answer.text), turns=turns,
+                           text_history=text_history, rotary=adapter.rotary)
+
+        return prompt, setup, keep
 
     # -- readouts -----------------------------------------------------------------------------
     def stats(self) -> SessionStats:

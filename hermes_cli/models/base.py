@@ -20,6 +20,7 @@ from torch import Tensor
 
 from ..positions.layout import VideoClock, text_positions, to_model_position_ids
 from ..positions.rope import RotaryDelta, rotate_half
+from .attention import PROBE_IMPLEMENTATION, RowProbe, base_attention
 from .chat import conversation, split_prompt
 
 
@@ -120,6 +121,24 @@ class ModelAdapter(ABC):
         """What follows the video for a question (earlier turns included), up to the answer."""
         return self._split(question, history, system_prompt)[1]
 
+    def recent_history(self, question: str, history: list[tuple[str, str]], system_prompt: str | None,
+                       max_tokens: int) -> list[tuple[str, str]]:
+        """The newest whole turns of ``history`` whose prompt tokens fit in ``max_tokens``.
+
+        A turn's cost is what it adds to ``question_text`` as rendered by the chat template, so
+        the question's prompt is at most ``max_tokens`` longer than without history.
+        """
+        if max_tokens <= 0 or not history:
+            return []
+        bare = len(self.tokens(self.question_text(question, [], system_prompt)))
+        kept = 0
+        for count in range(1, len(history) + 1):
+            extra = len(self.tokens(self.question_text(question, history[-count:], system_prompt))) - bare
+            if extra > max_tokens:
+                break
+            kept = count
+        return history[len(history) - kept :] if kept else []
+
     def _split(self, question: str, history: list[tuple[str, str]], system_prompt: str | None) -> tuple[str, str]:
         rendered = self.processor.apply_chat_template(
             conversation(question, history, system_prompt), add_generation_prompt=True, tokenize=False
@@ -158,12 +177,21 @@ class ModelAdapter(ABC):
 
     @torch.no_grad()
     def forward(self, embeds: Tensor, positions: Tensor, cache, *, attentions: bool = False,
-                attention_mask: Tensor | None = None, chunk: EncodedChunk | None = None):
+                attention_mask: Tensor | None = None, probe: RowProbe | None = None,
+                chunk: EncodedChunk | None = None):
         """Run the language model on ``embeds`` at explicit ``positions``, appending to ``cache``.
 
-        ``attention_mask``: an additive (1, 1, n, cached + n) mask replacing the causal one.
+        ``attention_mask``: a (1, 1, n, cached + n) mask replacing the causal one (additive, or
+        boolean with True where a query may attend). ``probe``: rows whose attention weights to take
+        from inside the model's own attention (filled in place, see ``models.attention``).
+        ``attentions``: every layer's full weights, from the eager path (a reference for tests).
+        ``chunk``: the encoded video the first embeddings come from, when they do (some families
+        add per-chunk inputs, e.g. Qwen3-VL's DeepStack features).
         Returns (last hidden states (1, n, hidden), per-layer attention weights or None).
         """
+        if probe is not None:
+            with self.probing(probe):
+                return self._run(embeds, positions, cache, False, attention_mask, chunk).last_hidden_state, None
         if attentions:  # SDPA returns no weights: run this (short) pass with eager attention
             with self.eager_attention():
                 out = self._run(embeds, positions, cache, True, attention_mask, chunk)
@@ -172,7 +200,7 @@ class ModelAdapter(ABC):
 
     def _run(self, embeds: Tensor, positions: Tensor, cache, attentions: bool, attention_mask: Tensor | None,
              chunk: EncodedChunk | None = None):
-        """One pass of the text model; ``chunk`` is the encoded video these embeddings come from, if any."""
+        """One pass of the text model."""
         return self.text_model(
             inputs_embeds=embeds.to(self.dtype),
             attention_mask=attention_mask,
@@ -180,7 +208,30 @@ class ModelAdapter(ABC):
             cache=cache,
             use_cache=True,
             output_attentions=attentions,
+            **self.chunk_inputs(chunk, embeds.shape[1]),
         )
+
+    def chunk_inputs(self, chunk: EncodedChunk | None, length: int) -> dict:
+        """Extra inputs of the text model for a pass whose first tokens are ``chunk`` (of ``length``
+        tokens in all). Default: none."""
+        return {}
+
+    @contextmanager
+    def probing(self, probe: RowProbe):
+        """Run the model's attention through ``probe_attention_forward`` with ``probe`` active."""
+        previous = self.text_model.config._attn_implementation
+        probe.base = base_attention(previous)
+        attns = [layer.self_attn for layer in self.text_model.layers]
+        for attn in attns:
+            attn.hermes_probe = probe
+        self.text_model.set_attn_implementation(PROBE_IMPLEMENTATION)
+        try:
+            yield
+        finally:
+            self.text_model.set_attn_implementation(previous)
+            for attn in attns:
+                attn.hermes_probe = None
+            probe.base = None
 
     @contextmanager
     def eager_attention(self):

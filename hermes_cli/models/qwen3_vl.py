@@ -216,19 +216,11 @@ class Qwen3VLAdapter(ModelAdapter):
         return torch.cat(parts)
 
     # -- running the language model ---------------------------------------------------------------------
-    def _run(self, embeds: Tensor, positions: Tensor, cache, attentions: bool, attention_mask: Tensor | None,
-             chunk: EncodedChunk | None = None):
-        """As the base; the prefill of a chunk adds its DeepStack features at its cells."""
-        extra = {}
-        if isinstance(chunk, Qwen3Chunk) and chunk.deepstack and chunk.visual_mask is not None:
-            extra = {"visual_pos_masks": chunk.visual_mask.to(self.device).unsqueeze(0),
-                     "deepstack_visual_embeds": chunk.deepstack}
-        return self.text_model(
-            inputs_embeds=embeds.to(self.dtype),
-            attention_mask=attention_mask,
-            position_ids=self.position_ids(positions),
-            cache=cache,
-            use_cache=True,
-            output_attentions=attentions,
-            **extra,
-        )
+    def chunk_inputs(self, chunk: EncodedChunk | None, length: int) -> dict:
+        """The prefill of a chunk adds its DeepStack features at its cells (tokens after the chunk,
+        e.g. pseudo-queries prefilled with it, are no cells)."""
+        if not (isinstance(chunk, Qwen3Chunk) and chunk.deepstack and chunk.visual_mask is not None):
+            return {}
+        mask = torch.zeros(length, dtype=torch.bool)
+        mask[: chunk.visual_mask.shape[0]] = chunk.visual_mask.cpu()
+        return {"visual_pos_masks": mask.to(self.device).unsqueeze(0), "deepstack_visual_embeds": chunk.deepstack}
