@@ -235,7 +235,8 @@ def toolbar_text(ingestor: Ingestor, width: int | None = None) -> str:
     s = ingestor.snapshot
     session = ingestor.session
     cache, mem = s.cache, s.memory
-    dropped = ingestor.frames.stats.frames_dropped
+    counters = ingestor.frames.stats
+    dropped = counters.frames_dropped
     state = ingestor.state
     t = max(s.stream_time_s, ingestor.last_read_s)
     budget = cache.budget if cache.budget is not None else "∞"
@@ -247,7 +248,9 @@ def toolbar_text(ingestor: Ingestor, width: int | None = None) -> str:
     parts = [  # (priority: lower stays longer, text), in display order
         (0, f"{state} {int(t // 60):02d}:{t % 60:04.1f}"),
         (1, f"{seen} frames, {frames_kept(s, session.adapter.frames_per_unit)} kept"
-            + (f", {dropped} dropped" if dropped else "")),
+            + (f", {dropped} dropped" if dropped else "")
+            + (f", {counters.gaps} gaps ({counters.gap_s:.0f}s)" if counters.gaps else "")
+            + (" · reconnecting" if counters.reconnecting else "")),
         (3, f"cache {cache.stream_tokens}/{budget} tok"),
         (7, f"KV {_mib(cache.kv_bytes)}"),
         (4, f"chunk {chunk:.0f} ms" if chunk is not None else ""),

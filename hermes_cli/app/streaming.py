@@ -70,9 +70,14 @@ def run_stream(
 ) -> list[AskedAnswer]:
     """Stream ``frames`` (objects with ``image`` and ``timestamp``) and answer ``questions``.
 
+    A source that fails (``SourceError``: a live stream that stays down past its reconnect window,
+    a damaged file) ends the stream early: the questions still owed are answered from the memory
+    so far, then the error is raised.
+
     ``prefetch`` > 0: frames are decoded in a background thread up to that many frames ahead
     (e.g. one chunk), so decoding the next chunk overlaps prefilling this one. Only for sources
     whose iteration has no effect on the session (a plain frame source)."""
+    from ..sources import SourceError
     from .prefetch import prefetched
 
     timed = sorted((q for q in questions if q.at_s is not None), key=lambda q: q.at_s or 0.0)
@@ -90,17 +95,24 @@ def run_stream(
             on_answer(result)
 
     source = prefetched(frames, prefetch)
-    for frame in source:
-        while timed and frame.timestamp > timed[0].at_s:
-            session.flush()
-            ask(timed.pop(0))
-        session.ingest([frame.image], [frame.timestamp])
-        if on_frame:
-            on_frame(frame)
-        if should_stop and should_stop():
-            break
-    source.close()
+    lost: SourceError | None = None
+    try:
+        for frame in source:
+            while timed and frame.timestamp > timed[0].at_s:
+                session.flush()
+                ask(timed.pop(0))
+            session.ingest([frame.image], [frame.timestamp])
+            if on_frame:
+                on_frame(frame)
+            if should_stop and should_stop():
+                break
+    except SourceError as error:  # a source that gives up: the memory so far still answers
+        lost = error
+    finally:
+        source.close()
     session.flush()
     for q in [*timed, *at_end]:
         ask(q)
+    if lost is not None:
+        raise lost
     return answers

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from ..frames import FrameSource
 from .console import Interrupted, UserError, err, out, quiet, set_debug, set_verbosity, warn
 from .factory import build_session, open_frames
 from .groups import (
@@ -109,7 +110,7 @@ def run_mode(mode: str, session, frames, questions, *, json_out: bool, pace: boo
                 err.file.write("? ")
                 err.file.flush()
 
-        emit = (lambda result: print(json.dumps(answer_record(result)), flush=True)) if json_out else None
+        emit = (lambda result: print(json.dumps(answer_record(result, frames)), flush=True)) if json_out else None
         if not json_out and not quiet():
             err.print(f"hermes · {session.adapter.name} · policy {session.policy.name} — one question per line, "
                       "/help for commands, Ctrl-D to leave", soft_wrap=True)
@@ -178,11 +179,12 @@ def chat(
     snapshots.finish()
 
 
-def answer_record(result) -> dict:
-    """The JSON object printed for one answer."""
+def answer_record(result, frames: FrameSource | None = None) -> dict:
+    """The JSON object printed for one answer; with ``frames``, the source's counters too
+    (frames dropped by a lagging consumer, a live stream's gaps and the samples they cost)."""
     a = result.answer
     stats = result.stats.to_json()
-    return {
+    record = {
         "question": a.question,
         "answer": a.text,
         "asked_at_s": result.asked_at_s,
@@ -190,6 +192,11 @@ def answer_record(result) -> dict:
         "no_frames": a.no_frames,
         **{k: v for k, v in stats.items() if k not in ("stream_time_s", "frames_seen")},
     }
+    if frames is not None:
+        c = frames.stats
+        record["source"] = {"frames_dropped": c.frames_dropped, "gaps": c.gaps, "gap_s": round(c.gap_s, 3),
+                            "frames_lost": c.frames_lost}
+    return record
 
 
 def run_batch(session, frames, questions, json_out: bool, *, progress: bool = True, source: str | None = None) -> None:
@@ -214,7 +221,7 @@ def run_batch(session, frames, questions, json_out: bool, *, progress: bool = Tr
     def on_answer(result):
         read["answers"] += 1
         if json_out:
-            print(json.dumps(answer_record(result)), flush=True)
+            print(json.dumps(answer_record(result, frames)), flush=True)
             return
         if show_progress:
             bar.stop()  # transient: the bar leaves the screen while the answer is printed
