@@ -183,7 +183,8 @@ def bench(
             f"peak memory ×{s.memory_ratio:.2f} · KV cache ×{s.kv_ratio:.2f} · "
             f"compress_fraction {100 * s.compress_fraction:.1f}% · peak {s.peak_memory_bytes / 2**20:.0f} MiB · "
             f"ingest ×{s.realtime:.1f} real time at {fps:g} fps · KV {s.kv_bytes / 2**20:.2f} MiB · "
-            + ("budget reached" if s.budget_reached else "[yellow]budget never reached[/]")
+            + ("budget reached" if s.budget_reached else "[yellow]budget never reached[/]"),
+            soft_wrap=True,  # one line per policy, whatever the width: scripts read these
         )
     if profile:
         _print_profile(records, summary_console)
@@ -214,7 +215,8 @@ def _print_profile(records, console) -> None:
         console.print(
             f"[bold]{p['policy']}[/] per chunk: decode {p['decode_ms']:.1f} ms · vision {p['encode_ms']:.1f} ms · "
             f"prefill {p['prefill_ms']:.1f} ms · pseudo-query {p['pseudo_query_ms']:.1f} ms · "
-            f"selection {p['select_ms']:.1f} ms{folded}"
+            f"selection {p['select_ms']:.1f} ms{folded}",
+            soft_wrap=True,
         )
 
 
