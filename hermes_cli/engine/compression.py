@@ -84,9 +84,11 @@ def pseudo_query_attention(adapter: ModelAdapter, cache: StreamingCache, texts: 
     positions = torch.cat([adapter.text_positions(start, n) for n in sizes])
     mask = side_by_side_mask(length, sizes, adapter.dtype, adapter.device)
     if mode == "approx":
-        means = adapter.approx_attention(embeds, positions, cache.held_keys(), sizes, reduce=True)
         wanted = _wanted(ids, layers, adapter.num_layers)
-        return {name: [m[i, p:length] if layer in wanted[name] else None for layer, m in enumerate(means)]
+        means = adapter.approx_attention(embeds, positions, cache.held_keys(), sizes, reduce=True,
+                                         only=set().union(*wanted.values()))
+        return {name: [m[i, p:length] if m is not None and layer in wanted[name] else None
+                       for layer, m in enumerate(means)]
                 for i, name in enumerate(ids)}
     probe = _probe(ids, sizes, 0, layers, (p, length), adapter.num_layers)
     mark = cache.mark()

@@ -9,7 +9,7 @@ language model on explicit positions over a ``StreamingCache``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -247,7 +247,8 @@ class ModelAdapter(ABC):
 
     @torch.no_grad()
     def approx_attention(self, embeds: Tensor, positions: Tensor, cached_keys: Sequence[Tensor],
-                         sizes: Sequence[int] | None = None, reduce: bool = False) -> list[Tensor]:
+                         sizes: Sequence[int] | None = None, reduce: bool = False,
+                         only: Collection[int] | None = None) -> list[Tensor | None]:
         """The HERMES paper's cheap pseudo-query attention, per layer.
 
         As in the paper and its reference code: every layer takes the *raw* token embeddings
@@ -261,7 +262,7 @@ class ModelAdapter(ABC):
         text); none sees another's keys. Returns per layer the weights (1, heads, q, cached + q)
         (other texts' columns 0), or with ``reduce`` only their mean over heads and each text's
         tokens on the cached columns, (texts, cached) — computed per key-value head group,
-        without copying keys per query head.
+        without copying keys per query head. ``only``: the layers to compute (others give None).
         """
         n = embeds.shape[1]
         sizes = list(sizes) if sizes is not None else [n]
@@ -269,8 +270,11 @@ class ModelAdapter(ABC):
         embeds = embeds.to(self.dtype)
         cos, sin = self.text_model.rotary_emb(embeds, self.position_ids(positions))
         cos, sin = cos.unsqueeze(1).float(), sin.unsqueeze(1).float()
-        out = []
+        out: list[Tensor | None] = []
         for index, layer in enumerate(self.text_model.layers):
+            if only is not None and index not in only:
+                out.append(None)
+                continue
             attn = layer.self_attn
             normed = layer.input_layernorm(embeds)
             q = attn.q_proj(normed).view(1, n, -1, attn.head_dim)
