@@ -44,6 +44,9 @@ class EncodedChunk:
     grid_thw: Tensor | None = None
 
 
+APPROX_ROW_BLOCK = 64  # pseudo-query rows scored at once by the approximate pass
+
+
 class ModelAdapter(ABC):
     """A loaded video-LLM behind one interface. Subclasses: one per model family."""
 
@@ -262,7 +265,8 @@ class ModelAdapter(ABC):
         text); none sees another's keys. Returns per layer the weights (1, heads, q, cached + q)
         (other texts' columns 0), or with ``reduce`` only their mean over heads and each text's
         tokens on the cached columns, (texts, cached) — computed per key-value head group,
-        without copying keys per query head. ``only``: the layers to compute (others give None).
+        without copying keys per query head, ``APPROX_ROW_BLOCK`` query rows at a time (so the
+        score matrix held at once stays small whatever the pseudo-queries' length). ``only``: the layers to compute (others give None).
         """
         n = embeds.shape[1]
         sizes = list(sizes) if sizes is not None else [n]
@@ -288,17 +292,24 @@ class ModelAdapter(ABC):
             cached = cached_keys[index][0].to(q.device, torch.float32)  # (KV, N, D)
             kv, group = cached.shape[0], q.shape[0] // cached.shape[0]
             grouped = q.view(kv, group, n, -1)
-            to_cache = torch.einsum("kgqd,knd->kgqn", grouped, cached)
-            to_own = torch.einsum("kgqd,kmd->kgqm", grouped, own)
-            to_own = to_own.masked_fill((text[:, None] != text[None, :]).to(q.device), float("-inf"))
-            weights = torch.softmax(torch.cat([to_cache, to_own], dim=-1) * attn.scaling, dim=-1)
+            blocks = range(0, n, APPROX_ROW_BLOCK) if reduce else range(0, n, n)  # rows are independent
+            parts = []
+            for r0 in blocks:
+                r1 = min(n, r0 + (APPROX_ROW_BLOCK if reduce else n))
+                rows_q = grouped[:, :, r0:r1]
+                to_cache = torch.einsum("kgqd,knd->kgqn", rows_q, cached)
+                to_own = torch.einsum("kgqd,kmd->kgqm", rows_q, own)
+                to_own = to_own.masked_fill((text[r0:r1, None] != text[None, :]).to(q.device), float("-inf"))
+                weights = torch.softmax(torch.cat([to_cache, to_own], dim=-1) * attn.scaling, dim=-1)
+                # reduce: each row's weights on the cache summed over heads; else the weights themselves
+                parts.append(weights[..., : cached.shape[1]].sum(dim=(0, 1)) if reduce
+                             else weights.reshape(1, kv * group, r1 - r0, -1))
             if reduce:
-                on_cache = weights[..., : cached.shape[1]].sum(dim=(0, 1))  # (n, N): summed over heads
                 rows = torch.zeros(len(sizes), n)  # averages each text's rows over its tokens and all heads
                 rows[text, torch.arange(n)] = 1.0 / (torch.tensor(sizes, dtype=torch.float32)[text] * q.shape[0])
-                out.append(rows.to(q.device) @ on_cache)
+                out.append(rows.to(q.device) @ torch.cat(parts))
             else:
-                out.append(weights.reshape(1, kv * group, n, -1))
+                out.append(parts[0])
         return out
 
     @torch.no_grad()
