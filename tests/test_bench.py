@@ -258,3 +258,20 @@ def test_folding_bench_times_four_variants_from_the_same_memory(capsys):
     assert "memory" in out and "pseudo-queries mixed, global" in out
     for name in ("plain", "folded", "separate", "eager"):
         assert f"{name:>8}: " in out and f"round 1 {name:>8}" in out
+
+
+def test_a_plot_path_and_a_short_video_fail_before_the_model_loads(app, tmp_path, monkeypatch):
+    """Bad --plot folders and videos too short for --frames are refused up front, not after the run."""
+    import hermes_cli.cli.bench as bench_cli
+    from tests.media import make_video
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(bench_cli, "_load", no_loading)
+    result = runner.invoke(app, ["bench", "--plot", str(tmp_path / "missing" / "x.png"), "--frames", "16"])
+    assert result.exit_code != 0 and "cannot write in" in str(result.exception)
+    clip = tmp_path / "short.mp4"
+    make_video(clip, 5, 4)
+    result = runner.invoke(app, ["bench", "--video", str(clip), "--frames", "64"])
+    assert result.exit_code != 0 and "fewer than --frames 64" in str(result.exception)

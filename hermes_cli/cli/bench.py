@@ -7,6 +7,8 @@ transformers load inside the command.
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -140,9 +142,12 @@ def bench(
 
         if not matplotlib_available():
             raise UserError("--plot needs matplotlib: pip install 'hermes-video[plot]'")
+        folder = Path(plot).expanduser().resolve().parent
+        if not folder.is_dir() or not os.access(folder, os.W_OK):
+            raise UserError(f"--plot {plot}: cannot write in {folder} — pass a path in an existing, writable folder")
 
+    frame_source = _frame_source(video, fps, frame_size, steps[-1])  # a short or bad video fails before the model loads
     adapter = _load(model, arch, device, dtype)
-    frame_source = _frame_source(video, fps, frame_size)
 
     if budget is None:
         from ..bench.runner import default_budget
@@ -283,7 +288,9 @@ def _load(model, arch, device, dtype):
         raise UserError(str(exc)) from exc
 
 
-def _frame_source(video, fps, frame_size):
+def _frame_source(video, fps, frame_size, frames_needed: int):
+    """A maker of fresh (frame, time) iterators; a video is checked now: readable, and long enough
+    to give ``frames_needed`` frames at ``fps`` (when its duration is known)."""
     from ..bench.runner import synthetic_frames, video_frames
 
     if not video:
@@ -291,9 +298,14 @@ def _frame_source(video, fps, frame_size):
     from ..sources import SourceError, open_source
 
     try:  # open once now so a bad file is a one-line error before any work
-        open_source(video, fps).close()
+        source = open_source(video, fps)
+        duration, rate = source.duration_s, source.effective_fps
+        source.close()
     except (SourceError, ValueError) as exc:
         raise UserError(str(exc)) from exc
+    if duration is not None and int(duration * rate) + 1 < frames_needed:
+        raise UserError(f"{video} is {duration:.1f}s: at {rate:g} fps that is about {int(duration * rate) + 1} frames, "
+                        f"fewer than --frames {frames_needed} — ask for fewer frames or a higher --fps")
     return lambda: video_frames(video, fps)
 
 
