@@ -31,3 +31,4 @@ EVAL_BUDGET = 4000
 BENCH_POLICIES = "hermes,infinipot,fifo,full"
 BENCH_FRAMES = "512"
 BENCH_MODEL = "tiny"
+BENCH_QUESTION = "What is happening in the video?"

@@ -39,7 +39,7 @@ from .. import defaults
 from ..models.base import ModelAdapter
 
 DEFAULT_STEPS = (16, 64, 256, 512)
-DEFAULT_QUESTION = "What is happening in the video?"
+DEFAULT_QUESTION = defaults.BENCH_QUESTION
 RECORD_FIELDS = (
     "policy", "frames", "ttft_ms", "tpot_ms", "peak_memory_bytes", "kv_bytes", "cache_tokens",
     "ingest_ms_per_frame", "compress_ms_per_chunk", "compress_fraction",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -15,78 +16,107 @@ import typer
 
 from .. import defaults
 from .console import UserError, err, out, set_debug
+from .groups import with_option_groups
 from .options import ChunkOpt, DebugOpt, DeviceOpt, DtypeOpt, FpsOpt, PseudoQueryOpt
 
 
-def bench(
+@dataclass(frozen=True)
+class BenchModelOptions:
+    """The model measured: a real one, the built-in, or a full-size architecture with random weights."""
+
+    model: Annotated[str, typer.Option(
+        "--model", "-m", metavar="NAME|PATH",
+        help="Hub id, local directory, or 'tiny' / 'tiny-llava-onevision' (random weights).",
+    )] = "tiny"
+    arch: Annotated[str | None, typer.Option(
+        "--arch",
+        help="Full-size architecture built with random weights (needs --random-weights): "
+        "llava-onevision-0.5b, llava-onevision-7b, qwen2.5-vl-3b, qwen2.5-vl-7b, qwen3-vl-2b, qwen3-vl-4b, qwen3-vl-8b.",
+    )] = None
+    random_weights: Annotated[bool, typer.Option(
+        "--random-weights", help="With --arch: build the model with random weights (no download).",
+    )] = False
+    device: DeviceOpt = None
+    dtype: DtypeOpt = None
+
+
+@dataclass(frozen=True)
+class BenchStreamOptions:
+    """What streams through each policy, and how the memory is kept."""
+
     frames: Annotated[str, typer.Option(
         "--frames", "-f",
         help="Longest stream in frames (steps: 16, 64, 256 … up to it), or explicit steps like 16,64,256.",
-    )] = "512",
+    )] = defaults.BENCH_FRAMES
     policies: Annotated[str, typer.Option(
         "--policies", help="Comma-separated memory policies to compare (see `hermes policies`).",
-    )] = defaults.BENCH_POLICIES,
+    )] = defaults.BENCH_POLICIES
     budget: Annotated[int | None, typer.Option(
         "--budget", "-b", metavar="TOKENS",
         help="Stream tokens kept per layer. Default: a quarter of what the longest step streams "
         "(at least two chunks), so every policy reaches its budget early; the choice is printed.",
-    )] = None,
-    chunk: ChunkOpt = defaults.CHUNK_FRAMES,
-    model: Annotated[str, typer.Option(
-        "--model", "-m", metavar="NAME|PATH",
-        help="Hub id, local directory, or 'tiny' / 'tiny-llava-onevision' (random weights).",
-    )] = "tiny",
-    arch: Annotated[str | None, typer.Option(
-        "--arch",
-        help="Full-size architecture built with random weights (needs --random-weights): "
-        "llava-onevision-0.5b, llava-onevision-7b, qwen2.5-vl-3b, qwen2.5-vl-7b.",
-    )] = None,
-    random_weights: Annotated[bool, typer.Option(
-        "--random-weights", help="With --arch: build the model with random weights (no download).",
-    )] = False,
+    )] = None
+    chunk: ChunkOpt = defaults.CHUNK_FRAMES
+    pseudo_query: PseudoQueryOpt = defaults.PSEUDO_QUERY
     synthetic_vision: Annotated[bool, typer.Option(
         "--synthetic-vision",
         help="Skip the vision tower: random visual embeddings with the real token layout "
         "(measures the language model and the memory policy only).",
-    )] = False,
+    )] = False
     video: Annotated[str | None, typer.Option(
         "--video", help="Stream this video file instead of synthetic frames (it must be long enough).",
-    )] = None,
-    fps: FpsOpt = defaults.FPS,
+    )] = None
+    fps: FpsOpt = defaults.FPS
     size: Annotated[str, typer.Option(
         "--size", help="HxW of the synthetic frames (sets tokens per frame for Qwen-VL).",
-    )] = "360x640",
-    repeats: Annotated[int, typer.Option("--repeats", help="Measured answers per step (the median is reported).")] = 3,
-    warmup: Annotated[int, typer.Option("--warmup", help="Unmeasured answers before those, per step.")] = 1,
+    )] = "360x640"
+
+
+@dataclass(frozen=True)
+class BenchAnswerOptions:
+    """How each step is measured: answers per step, their length, and the many-questions mode."""
+
+    repeats: Annotated[int, typer.Option("--repeats", help="Measured answers per step (the median is reported).")] = 3
+    warmup: Annotated[int, typer.Option("--warmup", help="Unmeasured answers before those, per step.")] = 1
     max_new_tokens: Annotated[int, typer.Option(
         "--max-new-tokens", help="Tokens per answer (end-of-sequence is ignored, so TPOT is always measured).",
-    )] = 16,
-    question: Annotated[str, typer.Option("--question", help="The question asked at each step.")] =
-        "What is happening in the video?",
-    device: DeviceOpt = None,
-    dtype: DtypeOpt = None,
-    json_out: Annotated[bool, typer.Option(
-        "--json", help="Print one JSON record per policy × stream length (details go to stderr).",
-    )] = False,
-    plot: Annotated[str | None, typer.Option(
-        "--plot", help="Write a PNG of TTFT and memory against frames, one line per policy (needs matplotlib).",
-    )] = None,
-    profile: Annotated[bool, typer.Option(
-        "--profile", help="Split a chunk's time per policy: decode, vision encoding, prefill, pseudo-query, selection.",
-    )] = False,
+    )] = 16
+    question: Annotated[str, typer.Option("--question", help="The question asked at each step.")] = defaults.BENCH_QUESTION
     questions: Annotated[int, typer.Option(
         "--questions", metavar="N",
         help="Instead: stream the longest step, then ask the question N times in a row with history on "
         "(first policy only); report TTFT per question, first vs last.",
-    )] = 0,
+    )] = 0
     history_tokens: Annotated[int, typer.Option(
         "--history-tokens", metavar="N", help="With --questions: earlier turns carried per question, up to N tokens.",
-    )] = defaults.HISTORY_TOKENS,
+    )] = defaults.HISTORY_TOKENS
     history_text: Annotated[bool, typer.Option(
         "--history-text", help="With --questions: re-encode earlier turns as text instead of keeping their keys and values.",
-    )] = False,
-    pseudo_query: PseudoQueryOpt = defaults.PSEUDO_QUERY,
-    debug: DebugOpt = False,
+    )] = False
+
+
+@dataclass(frozen=True)
+class BenchOutputOptions:
+    """What is printed and written."""
+
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="Print one JSON record per policy × stream length (details go to stderr).",
+    )] = False
+    plot: Annotated[str | None, typer.Option(
+        "--plot", help="Write a PNG of TTFT and memory against frames, one line per policy (needs matplotlib).",
+    )] = None
+    profile: Annotated[bool, typer.Option(
+        "--profile", help="Split a chunk's time per policy: decode, vision encoding, prefill, pseudo-query, selection.",
+    )] = False
+    debug: DebugOpt = False
+
+
+@with_option_groups
+def bench(
+    stream: BenchStreamOptions = BenchStreamOptions(),
+    model: BenchModelOptions = BenchModelOptions(),
+    answers: BenchAnswerOptions = BenchAnswerOptions(),
+    output: BenchOutputOptions = BenchOutputOptions(),
 ) -> None:
     """Measure how answering and memory scale with stream length, per memory policy.
 
@@ -112,65 +142,36 @@ def bench(
       hermes bench --arch llava-onevision-0.5b --random-weights --synthetic-vision
       --frames 8,16,32,48 --chunk 4 --budget 1024 --plot bench.png
     """
-    set_debug(debug)
-    from ..bench.runner import parse_policies, parse_steps
-
-    try:
-        steps = parse_steps(frames)
-        names = parse_policies(policies)
-        frame_size = _parse_size(size)
-    except ValueError as exc:
-        raise UserError(str(exc)) from exc
-    if budget is not None and budget < 1:
-        raise UserError("--budget must be a positive number of tokens")
-    if questions < 0 or history_tokens < 0:
-        raise UserError("--questions and --history-tokens cannot be negative")
-    if chunk < 1:
-        raise UserError("--chunk must be at least 1")
-    if fps <= 0:
-        raise UserError("--fps must be positive")
-    if repeats < 1 or warmup < 0 or max_new_tokens < 1:
-        raise UserError("--repeats and --max-new-tokens must be at least 1, --warmup at least 0")
-    if arch and not random_weights:
-        raise UserError("--arch builds a model without weights: add --random-weights (or load real weights with --model)")
-    if random_weights and not arch:
-        raise UserError("--random-weights needs --arch NAME (e.g. --arch llava-onevision-0.5b)")
-    if video and synthetic_vision:
-        raise UserError("--synthetic-vision does not look at frames: drop --video, or drop --synthetic-vision")
-    if plot:
-        from ..bench.runner import matplotlib_available
-
-        if not matplotlib_available():
-            raise UserError("--plot needs matplotlib: pip install 'hermes-video[plot]'")
-        folder = Path(plot).expanduser().resolve().parent
-        if not folder.is_dir() or not os.access(folder, os.W_OK):
-            raise UserError(f"--plot {plot}: cannot write in {folder} — pass a path in an existing, writable folder")
-
-    frame_source = _frame_source(video, fps, frame_size, steps[-1])  # a short or bad video fails before the model loads
-    adapter = _load(model, arch, device, dtype)
+    set_debug(output.debug)
+    steps, names, frame_size = _check_options(stream, model, answers, output)
+    s, a, o = stream, answers, output
+    frame_source = _frame_source(s.video, s.fps, frame_size, steps[-1])  # a short or bad video fails before loading
+    adapter = _load(model.model, model.arch, model.device, model.dtype)
+    budget = s.budget
 
     if budget is None:
         from ..bench.runner import default_budget
 
-        budget, streamed = default_budget(adapter, steps, chunk, frame_size)
+        budget, streamed = default_budget(adapter, steps, s.chunk, frame_size)
         err.print(f"defaults: budget {budget} tokens/layer = a quarter of the {streamed} tokens {steps[-1]} frames "
                   f"stream ({streamed // max(steps[-1], 1)} per frame at {frame_size[0]}x{frame_size[1]}) — "
                   "set --budget to choose", soft_wrap=True)
-    info = _describe(adapter, synthetic_vision, names, steps, budget, chunk)
+    info = _describe(adapter, s.synthetic_vision, names, steps, budget, s.chunk)
     for line in info:
         err.print(line, soft_wrap=True)
 
-    if questions:
-        _questions(adapter, questions, steps[-1], names[0], budget, chunk, fps, frame_source, max_new_tokens,
-                   history_tokens, not history_text, question, synthetic_vision, json_out)
+    if a.questions:
+        _questions(adapter, a.questions, steps[-1], names[0], budget, s.chunk, s.fps, frame_source, a.max_new_tokens,
+                   a.history_tokens, not a.history_text, a.question, s.synthetic_vision, o.json_out)
         return
 
     from ..bench.runner import BenchInterrupted
 
     interrupted = False
     try:
-        records = _run(adapter, names, steps, budget, chunk, fps, repeats, warmup, max_new_tokens, question,
-                       frame_source, synthetic_vision, json_out=json_out, console=err, pseudo_query=pseudo_query)
+        records = _run(adapter, names, steps, budget, s.chunk, s.fps, a.repeats, a.warmup, a.max_new_tokens,
+                       a.question, frame_source, s.synthetic_vision, json_out=o.json_out, console=err,
+                       pseudo_query=s.pseudo_query)
     except BenchInterrupted as exc:
         records, interrupted = exc.records, True
         err.print(f"[yellow]interrupted[/]: {len(records)} step(s) measured — reporting those")
@@ -179,36 +180,74 @@ def bench(
 
     from ..bench.runner import summarise, ttft_versus
 
-    if not json_out:  # (with --json each record was printed as soon as it was measured)
+    if not o.json_out:  # (with --json each record was printed as soon as it was measured)
         out.print(_table(records, adapter))
-    summary_console = err if json_out else out
-    for s in summarise(records):
+    summary_console = err if o.json_out else out
+    for p in summarise(records):
         summary_console.print(
-            f"[bold]{s.policy}[/]: TTFT({s.frames_most})/TTFT({s.frames_fewest}) = {s.ttft_ratio:.2f} · "
-            f"peak memory ×{s.memory_ratio:.2f} · KV cache ×{s.kv_ratio:.2f} · "
-            f"compress_fraction {100 * s.compress_fraction:.1f}% · peak {s.peak_memory_bytes / 2**20:.0f} MiB · "
-            f"ingest ×{s.realtime:.1f} real time at {fps:g} fps · KV {s.kv_bytes / 2**20:.2f} MiB · "
-            + ("budget reached" if s.budget_reached else "[yellow]budget never reached[/]"),
+            f"[bold]{p.policy}[/]: TTFT({p.frames_most})/TTFT({p.frames_fewest}) = {p.ttft_ratio:.2f} · "
+            f"peak memory ×{p.memory_ratio:.2f} · KV cache ×{p.kv_ratio:.2f} · "
+            f"compress_fraction {100 * p.compress_fraction:.1f}% · peak {p.peak_memory_bytes / 2**20:.0f} MiB · "
+            f"ingest ×{p.realtime:.1f} real time at {s.fps:g} fps · KV {p.kv_bytes / 2**20:.2f} MiB · "
+            + ("budget reached" if p.budget_reached else "[yellow]budget never reached[/]"),
             soft_wrap=True,  # one line per policy, whatever the width: scripts read these
         )
-    if profile:
+    if o.profile:
         _print_profile(records, summary_console)
     for bounded in ("hermes", "infinipot"):
         if bounded in names and "fifo" in names:
             ratio = ttft_versus(records, bounded, "fifo")
             if ratio is not None:
                 summary_console.print(f"TTFT {bounded}/fifo at the longest stream: {ratio:.2f}")
-    if plot:
+    if o.plot:
         from ..bench.runner import plot_records
 
-        title = f"{adapter.name} · budget {budget} · chunk {chunk}" + (" · synthetic vision" if synthetic_vision else "")
+        title = f"{adapter.name} · budget {budget} · chunk {s.chunk}" + (" · synthetic vision" if s.synthetic_vision else "")
         try:
-            plot_records(records, plot, title)
+            plot_records(records, o.plot, title)
         except (OSError, ValueError) as exc:
-            raise UserError(f"cannot write the plot to {plot}: {exc}") from exc
-        summary_console.print(f"plot written to {plot}")
+            raise UserError(f"cannot write the plot to {o.plot}: {exc}") from exc
+        summary_console.print(f"plot written to {o.plot}")
     if interrupted:
         raise typer.Exit(130)
+
+
+def _check_options(s: BenchStreamOptions, m: BenchModelOptions, a: BenchAnswerOptions,
+                   o: BenchOutputOptions) -> tuple[list[int], list[str], tuple[int, int]]:
+    """(steps, policy names, frame size) — every option that can be checked before anything loads."""
+    from ..bench.runner import parse_policies, parse_steps
+
+    try:
+        steps = parse_steps(s.frames)
+        names = parse_policies(s.policies)
+        frame_size = _parse_size(s.size)
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+    if s.budget is not None and s.budget < 1:
+        raise UserError("--budget must be a positive number of tokens")
+    if a.questions < 0 or a.history_tokens < 0:
+        raise UserError("--questions and --history-tokens cannot be negative")
+    if s.chunk < 1:
+        raise UserError("--chunk must be at least 1")
+    if s.fps <= 0:
+        raise UserError("--fps must be positive")
+    if a.repeats < 1 or a.warmup < 0 or a.max_new_tokens < 1:
+        raise UserError("--repeats and --max-new-tokens must be at least 1, --warmup at least 0")
+    if m.arch and not m.random_weights:
+        raise UserError("--arch builds a model without weights: add --random-weights (or load real weights with --model)")
+    if m.random_weights and not m.arch:
+        raise UserError("--random-weights needs --arch NAME (e.g. --arch llava-onevision-0.5b)")
+    if s.video and s.synthetic_vision:
+        raise UserError("--synthetic-vision does not look at frames: drop --video, or drop --synthetic-vision")
+    if o.plot:
+        from ..bench.runner import matplotlib_available
+
+        if not matplotlib_available():
+            raise UserError("--plot needs matplotlib: pip install 'hermes-video[plot]'")
+        folder = Path(o.plot).expanduser().resolve().parent
+        if not folder.is_dir() or not os.access(folder, os.W_OK):
+            raise UserError(f"--plot {o.plot}: cannot write in {folder} — pass a path in an existing, writable folder")
+    return steps, names, frame_size
 
 
 def _print_profile(records, console) -> None:
