@@ -125,14 +125,7 @@ class SessionSettings:
         """Every option that can be checked without loading anything; messages name the option."""
         self.model.check()
         m = self.memory
-        if m.budget < 1:
-            raise UserError(f"--budget must be a positive number of tokens, got {m.budget}")
-        if m.chunk < 1:
-            raise UserError(f"--chunk must be at least 1 frame, got {m.chunk}")
-        if m.fps <= 0:
-            raise UserError(f"--fps must be a positive number of frames per second, got {m.fps:g}")
-        if self.answers.max_new_tokens < 1:
-            raise UserError(f"--max-new-tokens must be at least 1, got {self.answers.max_new_tokens}")
+        self.config()  # budget, chunk, fps, answer length, modes: the engine's own checks
         from .machine import family_of, frames_per_unit
 
         name = self.model.light_name()
@@ -140,7 +133,6 @@ class SessionSettings:
         if m.chunk % per:
             raise UserError(f"--chunk must be a multiple of {per} for {name} (Qwen-VL encodes frames in pairs), "
                             f"got {m.chunk} — try --chunk {m.chunk + per - m.chunk % per}")
-        self.config()
         from .catalog import check_policy
 
         check_policy(m.policy, m.policy_opts)

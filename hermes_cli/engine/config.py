@@ -42,7 +42,7 @@ class SessionConfig:
         if self.chunk_frames < 1:
             raise ValueError(f"--chunk must be at least 1 frame, got {self.chunk_frames}")
         if self.fps <= 0:
-            raise ValueError(f"--fps must be positive, got {self.fps}")
+            raise ValueError(f"--fps must be a positive number of frames per second, got {self.fps:g}")
         if self.budget is not None and self.budget < 1:
             raise ValueError(f"--budget must be a positive number of tokens, got {self.budget}")
         if self.history_tokens < 0:
