@@ -45,3 +45,23 @@ def moving_square_frames(n: int, size=(96, 128), seed: int = 0) -> np.ndarray:
         y = (i * 7) % (h - 24)
         frames[i, y : y + 24, x : x + 24] = [(50 * i) % 256, 200, 255 - (30 * i) % 256]
     return frames
+
+
+@pytest.fixture(scope="session")
+def video(tmp_path_factory):
+    """A 12-second 8 fps clip with a scene change at 6 s."""
+    from tests.media import make_video
+
+    path = tmp_path_factory.mktemp("media") / "clip.mp4"
+    make_video(path, seconds=12, fps=8, size=(96, 64), scene_change_at=6)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def two_minutes(tmp_path_factory):
+    """A two-minute 2 fps clip with a scene change at 1 min: long enough for every budget test."""
+    from tests.media import make_video
+
+    path = tmp_path_factory.mktemp("media") / "two-minutes.mp4"
+    make_video(path, seconds=120, fps=2, size=(160, 120), scene_change_at=60)
+    return str(path)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import http.server
+import json
 import os
 import socket
 import threading
@@ -455,3 +456,8 @@ def nearest_rule(
 def exact_times(times: Sequence[float]) -> list[Fraction]:
     """make_video's frame times (rounded to its 1 ms time base) as exact fractions."""
     return [Fraction(t).limit_denominator(1000) for t in times]
+
+
+def json_lines(text: str) -> list[dict]:
+    """The JSON objects printed one per line in ``text`` (other lines skipped)."""
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import typer
@@ -19,6 +17,7 @@ from hermes_cli.bench.runner import (
     ttft_versus,
 )
 from hermes_cli.cli.bench import bench
+from tests.media import json_lines
 
 runner = CliRunner()
 
@@ -29,10 +28,6 @@ def app():
     application.command("bench")(bench)
     application.command("noop")(lambda: None)  # keeps "bench" a subcommand
     return application
-
-
-def json_lines(text: str) -> list[dict]:
-    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
 def test_parse_steps():

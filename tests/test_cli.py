@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hermes_cli.cli.main import app
-from tests.media import make_video
+from tests.media import json_lines
 
 runner = CliRunner()
 REQUIRED = {"question", "answer", "stream_time_s", "frames_seen", "ttft_ms", "tpot_ms", "cache", "memory", "model", "policy"}
@@ -21,17 +21,6 @@ def hermes(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     return subprocess.run([sys.executable, "-m", "hermes_cli", *args], capture_output=True, text=True,
                           timeout=timeout, env=env)
-
-
-@pytest.fixture(scope="module")
-def video(tmp_path_factory):
-    path = tmp_path_factory.mktemp("media") / "clip.mp4"
-    make_video(path, seconds=12, fps=8, size=(96, 64), scene_change_at=6)
-    return str(path)
-
-
-def json_lines(text: str) -> list[dict]:
-    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
 def test_watch_json_answers(video):
@@ -115,13 +104,6 @@ def test_watch_a_live_mpegts_stream_over_tcp():
     (record,) = json_lines(result.stdout)
     assert 4 <= record["frames_seen"] <= 6 and record["stream_time_s"] >= 3
     assert max(record["cache"]["video_tokens_per_layer"]) <= 16
-
-
-@pytest.fixture(scope="module")
-def two_minutes(tmp_path_factory):
-    path = tmp_path_factory.mktemp("media") / "two-minutes.mp4"
-    make_video(path, seconds=120, fps=2, size=(160, 120), scene_change_at=60)
-    return str(path)
 
 
 @pytest.mark.slow

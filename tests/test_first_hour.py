@@ -22,7 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hermes_cli.cli.main import app
-from tests.media import make_video
+from tests.media import json_lines, make_video
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -38,17 +38,6 @@ def env(**extra: str) -> dict[str, str]:
 def hermes(*args: str, input: str | None = None, timeout: float = 120, **extra: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "hermes_cli", *args], capture_output=True, text=True, input=input,
                           timeout=timeout, env=env(HF_HUB_OFFLINE="1", **extra), cwd=ROOT)
-
-
-@pytest.fixture(scope="module")
-def video(tmp_path_factory):
-    path = tmp_path_factory.mktemp("media") / "clip.mp4"
-    make_video(path, seconds=12, fps=8, size=(96, 64), scene_change_at=6)
-    return str(path)
-
-
-def json_lines(text: str) -> list[dict]:
-    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
 # -- 1. the default model with no hub ------------------------------------------------------------

@@ -203,15 +203,6 @@ def test_a_stream_past_the_position_limit_keeps_answering(short_qwen3, mode):
 
 
 # -- policies end to end -------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def two_minutes(tmp_path_factory):
-    from tests.media import make_video
-
-    path = tmp_path_factory.mktemp("media") / "two-minutes.mp4"
-    make_video(path, seconds=120, fps=2, size=(160, 120), scene_change_at=60)
-    return str(path)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", ["full", "fifo", "sink", "uniform", "infinipot", "hermes"])
 def test_every_policy_keeps_a_two_minute_stream_under_budget(two_minutes, policy):
