@@ -232,6 +232,8 @@ def test_ctrl_c_in_eval_says_how_many_results_are_saved(tmp_path):
     (["--chunk", "0"], "--chunk must be at least 1 frame, got 0"),
     (["--chunk", "3", "--model", "tiny"], "--chunk must be a multiple of 2 for tiny"),
     (["--chunk", "3", "--model", "Qwen/Qwen2.5-VL-3B-Instruct"], "--chunk must be a multiple of 2"),
+    (["--chunk", "3", "--model", "tiny-qwen3-vl"], "--chunk must be a multiple of 2 for tiny-qwen3-vl"),
+    (["--chunk", "3", "--model", "Qwen/Qwen3-VL-2B-Instruct"], "--chunk must be a multiple of 2"),
     (["--max-new-tokens", "0"], "--max-new-tokens must be at least 1, got 0"),
     (["--max-pixels", "10"], "--max-pixels must be at least 784"),
     (["--fps", "0"], "--fps must be a positive number"),

@@ -14,8 +14,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print the list as one JSO
 
 def list_models(json_out: JsonOpt = False) -> None:
     """List the supported model families, the default on this machine, and local weights."""
-    from ..models.registry import BUILTIN, FAMILIES
-    from .machine import default_model, locally_present
+    from ..models.registry import BUILTIN, FAMILIES, locally_present
+    from .machine import default_model
 
     name, why = default_model()
     rows: list[dict] = [

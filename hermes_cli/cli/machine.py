@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ..models.registry import BUILTIN, FAMILIES, default_for, family_of_type, in_hub_cache, model_from_env
+from ..models.registry import BUILTIN, FAMILIES, default_for, family_of_type, model_from_env
 
 
 def gpu_free_gib() -> float | None:
@@ -34,11 +34,6 @@ def default_model() -> tuple[str, str]:
     return default_for(gpu_free_gib())
 
 
-def locally_present(model_id: str) -> bool:
-    """Whether a hub id's weights are in the local cache (or the name is a directory)."""
-    return Path(model_id).expanduser().is_dir() or in_hub_cache(model_id)
-
-
 def model_type_of_dir(path: Path) -> str | None:
     """The ``model_type`` in a model directory's config.json (None: no readable config)."""
     try:
@@ -59,6 +54,8 @@ def family_of(name: str) -> str | None:
     for family in FAMILIES:
         if lower in (m.lower() for m in family.examples):
             return family.name
+    if "qwen3" in lower and "vl" in lower:
+        return "qwen3-vl"
     if "qwen" in lower and "vl" in lower:
         return "qwen2.5-vl"
     if "llava-onevision" in lower:
@@ -67,8 +64,8 @@ def family_of(name: str) -> str | None:
 
 
 def frames_per_unit(family: str | None) -> int:
-    """Frames the family encodes together (Qwen-VL: 2 per temporal patch)."""
-    return 2 if family == "qwen2.5-vl" else 1
+    """Frames the family encodes together (Qwen-VL: 2 per temporal patch); 1 when unknown."""
+    return next((f.frames_per_unit for f in FAMILIES if f.name == family), 1)
 
 
 def not_a_model_dir(name: str) -> str | None:

@@ -19,7 +19,7 @@ from .registry import (
     check_model_name,
     default_for,
     family_of_type,
-    in_hub_cache,
+    locally_present,
     model_from_env,
 )
 from .tiny import tiny_llava_onevision, tiny_qwen, tiny_qwen3_vl
@@ -56,11 +56,6 @@ def pick_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
                 "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}[dtype]
     except KeyError:
         raise ModelLoadError(f"unknown dtype {dtype!r}: use auto, fp32, bf16 or fp16") from None
-
-
-def locally_present(model_id: str) -> bool:
-    """Whether weights for a hub id are in the local Hugging Face cache (or it is a directory)."""
-    return Path(model_id).is_dir() or in_hub_cache(model_id)
 
 
 def _tiny(name: str, **sizes):

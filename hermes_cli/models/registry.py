@@ -20,15 +20,16 @@ class Family:
     name: str
     model_types: tuple[str, ...]
     examples: tuple[str, ...]
+    frames_per_unit: int = 1  # frames encoded together (Qwen-VL: 2 per temporal patch)
 
 
 FAMILIES = (
     Family("qwen2.5-vl", ("qwen2_5_vl", "qwen2_vl"),
-           ("Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen2.5-VL-3B-Instruct", "Qwen/Qwen2-VL-7B-Instruct")),
+           ("Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen2.5-VL-3B-Instruct", "Qwen/Qwen2-VL-7B-Instruct"), 2),
     Family("llava-onevision", ("llava_onevision",),
            ("llava-hf/llava-onevision-qwen2-7b-ov-hf", "llava-hf/llava-onevision-qwen2-0.5b-ov-hf")),
     Family("qwen3-vl", ("qwen3_vl", "qwen3_vl_moe"),
-           ("Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-4B-Instruct", "Qwen/Qwen3-VL-30B-A3B-Instruct")),
+           ("Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-4B-Instruct", "Qwen/Qwen3-VL-30B-A3B-Instruct"), 2),
 )
 
 # the default on a GPU: (GiB free, models that fit in bf16 with room for the cache, preferred first)
@@ -77,12 +78,17 @@ def default_for(gpu_free_gib: float | None, present: Callable[[str], bool] | Non
     """
     if gpu_free_gib is None:
         return SMALL_MODEL, "no GPU"
-    present = present or in_hub_cache
+    present = present or locally_present
     for need, candidates in GPU_TIERS:
         if gpu_free_gib >= need:
             chosen = next((m for m in candidates if present(m)), candidates[0])
             return chosen, f"GPU with {gpu_free_gib:.0f} GiB free"
     return SMALL_MODEL, f"GPU with only {gpu_free_gib:.0f} GiB free"
+
+
+def locally_present(model_id: str) -> bool:
+    """Whether a hub id's weights are in the local Hugging Face cache (or the name is a directory)."""
+    return Path(model_id).expanduser().is_dir() or in_hub_cache(model_id)
 
 
 def family_of_type(model_type: str) -> Family | None:
