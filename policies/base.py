@@ -34,7 +34,9 @@ class Rotary(Protocol):
 class LayerTokens:
     """The stream tokens one decoder layer holds, in physical order (oldest first).
 
-    N tokens; H key/value heads; D head size; A position axes (1, or 3 for M-RoPE).
+    N tokens; H key/value heads; D head size; A position axes (1, or 3 for M-RoPE). Where an
+    earlier step kept a token set per head (``per_head``), the identities have a leading head
+    axis — (H, N), positions (H, N, A) — and slot j of each head is its own token.
     """
 
     keys: Tensor  # (H, N, D), post-RoPE, as cached
@@ -48,7 +50,20 @@ class LayerTokens:
 
     @property
     def n(self) -> int:
-        return int(self.token_id.shape[0])
+        return int(self.token_id.shape[-1])
+
+    @property
+    def per_head(self) -> bool:
+        return self.token_id.dim() == 2
+
+    def head(self, h: int) -> LayerTokens:
+        """Key-value head ``h`` alone: keys/values (1, N, D), identities (N,)."""
+        pick = (lambda t: t[h]) if self.per_head else (lambda t: t)
+        return LayerTokens(
+            keys=self.keys[h : h + 1], values=self.values[h : h + 1], token_id=pick(self.token_id),
+            frame=pick(self.frame), patch=pick(self.patch), positions=pick(self.positions),
+            is_summary=pick(self.is_summary), attention=self.attention,
+        )
 
 
 @dataclass(frozen=True)
@@ -76,14 +91,17 @@ class Summary:
 
 @dataclass(frozen=True)
 class LayerChoice:
-    """What one layer keeps: ``keep`` indices (sorted, into LayerTokens) plus an optional summary."""
+    """What one layer keeps: ``keep`` indices (sorted, into LayerTokens) plus an optional summary.
 
-    keep: Tensor  # (K,) int64, strictly increasing
+    ``keep`` (H, K) keeps a set per key-value head (only from a policy whose ``keeps_per_head``).
+    """
+
+    keep: Tensor  # (K,) or (H, K) int64, strictly increasing (per row)
     summary: Summary | None = None
 
     @property
     def size(self) -> int:
-        return int(self.keep.shape[0]) + (self.summary is not None)
+        return int(self.keep.shape[-1]) + (self.summary is not None)
 
 
 class Policy(ABC):
@@ -98,6 +116,10 @@ class Policy(ABC):
     def pseudo_queries(self, history: tuple[tuple[str, str], ...]) -> dict[str, str]:
         """Texts whose attention over the cache the policy needs, by name. Default: none."""
         return {}
+
+    def keeps_per_head(self) -> bool:
+        """Whether ``select`` may keep a token set per key-value head (and reads such layers)."""
+        return False
 
     def attention_layers(self, num_layers: int) -> dict[str, list[int]]:
         """Per pseudo-query name, the layers whose ``select`` reads its attention. Default: all."""

@@ -18,16 +18,16 @@ Each layer keeps, in this order of priority:
 
 ``profile=reference`` follows the official code where it differs from the paper's text: the
 frame count ``f`` is taken from the layer's length at compression (``n // tokens_per_frame``),
-TaR's share is ``|C| − round((1 − α)·|C|)``, and pooling (``van_pool``) divides by the full
-window (zero padding counts), pools 1-D over the token sequence with kernel 3 in the third
-quartile, none in the last. Not reproduced: the official code selects per KV head (here one set
-per layer from head-averaged scores; the cache holds one token set per layer) and matches TaR
-partners by position slot (here by (frame, patch) identity, which stays right after thinning).
+TaR's share is ``|C| − round((1 − α)·|C|)``, pooling (``van_pool``) divides by the full window
+(zero padding counts), pools 1-D over the token sequence with kernel 3 in the third quartile,
+none in the last, and every key-value head keeps its own token set from its own TaR and VaN
+scores (``per_head``; the paper's text does not say, and by default one set per layer is chosen
+from head-averaged scores). Not reproduced: the official code matches TaR partners by position
+slot, which after a first thinning pairs unrelated patches; here by (frame, patch) identity.
 
-Scores are averaged over KV heads (per-layer selection). Tokens are matched to their grid
-partner by (frame, patch) identity, so frames already thinned by earlier steps work; a token
-with no partner in the recent frames, a newline token (``patch >= tokens_per_frame``) or a
-summary token gets no TaR score and competes on VaN only.
+Tokens are matched to their grid partner by (frame, patch) identity, so frames already thinned
+by earlier steps work; a token with no partner in the recent frames, a newline token
+(``patch >= tokens_per_frame``) or a summary token gets no TaR score and competes on VaN only.
 """
 
 from __future__ import annotations
@@ -69,10 +69,12 @@ class InfiniPotPolicy(Policy):
     )
     van_pool: bool = param(False, "smooth each frame's value-norm map with layer-adaptive average pooling")
     van_grid_width: int = param(0, "tokens per row of a frame's grid for pooling; 0 = round(sqrt(tokens per frame))")
+    per_head: bool = param(
+        False, "every key-value head keeps its own tokens by its own scores (official code; on under profile=reference)"
+    )
     profile: str = param(
         "paper",
-        "paper: the paper's method; reference: the official code's frame count, TaR share and pooling "
-        "(not its per-head selection)",
+        "paper: the paper's method; reference: the official code's frame count, TaR share, pooling and per-head selection",
     )
 
     def __post_init__(self) -> None:
@@ -87,6 +89,9 @@ class InfiniPotPolicy(Policy):
 
     def should_compress(self, n_tokens: int, budget: int | None) -> bool:
         return budget is not None and n_tokens >= budget
+
+    def keeps_per_head(self) -> bool:
+        return self.per_head or self.profile == "reference"
 
     def recent_units(self, budget: int, tokens_per_frame: int) -> int:
         """``int(r · f)`` with ``f = budget // tokens_per_frame``: the recent window in units.
@@ -108,9 +113,12 @@ class InfiniPotPolicy(Policy):
         for index, layer in enumerate(state.layers):
             cap = layer.n if self.profile == "reference" else state.budget
             recent_units = self.recent_units(cap, state.tokens_per_frame)
-            choices.append(LayerChoice(
-                self.select_layer(layer, index, state.num_layers, state.tokens_per_frame, target, recent_units)
-            ))
+            args = (index, state.num_layers, state.tokens_per_frame, target, recent_units)
+            if self.keeps_per_head():
+                keep = torch.stack([self.select_layer(layer.head(h), *args) for h in range(layer.keys.shape[0])])
+            else:
+                keep = self.select_layer(layer, *args)
+            choices.append(LayerChoice(keep))
         return choices
 
     def select_layer(self, layer: LayerTokens, index: int, num_layers: int, tokens_per_frame: int, target: int,

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+import torch
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
-from hermes_cli.app.live import Assistant, memory_timeline, toolbar_text
+from hermes_cli.app.live import Assistant, held_shares, memory_timeline, toolbar_text
 from hermes_cli.engine.session import Session, SessionConfig
 from policies import make_policy
 from tests.conftest import moving_square_frames
@@ -108,21 +109,18 @@ def test_memory_timeline_with_nothing_evicted_is_solid(tiny_qwen):
         assert row.startswith("█" * width + "  all")
 
 
-class FakeMeta:
-    def __init__(self, units: list[int]):
-        import torch
+def video_meta(units: list[int]):
+    """Metadata of video tokens of ``units`` (one entry per token)."""
+    from hermes_cli.engine.cache import KIND_VIDEO, TokenMeta
 
-        from hermes_cli.engine.cache import KIND_VIDEO
-
-        self.frame = torch.tensor(units)
-        self.kind = torch.full((len(units),), KIND_VIDEO)
+    return TokenMeta.new(KIND_VIDEO, 0, torch.arange(len(units))[:, None], frame=torch.tensor(units))
 
 
 def test_memory_timeline_shades_partly_held_units():
     """4 tokens per unit; layer 0 holds all of unit 0 and half of unit 1, layer 1 all of unit 0 only."""
     from types import SimpleNamespace
 
-    metas = [FakeMeta([0, 0, 0, 0, 1, 1]), FakeMeta([0, 0, 0, 0])]
+    metas = [video_meta([0, 0, 0, 0, 1, 1]), video_meta([0, 0, 0, 0])]
     session = SimpleNamespace(
         units_seen=3, unit_times=[0.0, 2.0, 4.0], tokens_per_unit=4,
         adapter=SimpleNamespace(frames_per_unit=2), config=SimpleNamespace(fps=1.0),
@@ -266,3 +264,21 @@ def test_stats_text_names_no_internals(tiny_llava):
     import re
 
     assert re.fullmatch(r"last chunk  prefill \d+(\.\d)? ms · compress \d+(\.\d)? ms", line), line
+
+
+def test_memory_timeline_counts_a_per_head_layer_once():
+    """A layer keeping a set per KV head (infinipot profile=reference): each head holds all of unit
+    0 and half of unit 1, then head 1 has a token of unit 2 where head 0 has one of unit 1 — shares
+    are per head (3 of 2 × 4 tokens of unit 1), not summed over the heads."""
+    from types import SimpleNamespace
+
+    shared = video_meta([0, 0, 0, 0, 1, 1])
+    per_head = shared.expand(2)
+    per_head = type(shared)(*(t.clone() for t in per_head._fields()))
+    per_head.frame[1, 5] = 2
+    session = SimpleNamespace(
+        units_seen=2, unit_times=[0.0, 2.0], tokens_per_unit=4, adapter=SimpleNamespace(frames_per_unit=2),
+        config=SimpleNamespace(fps=1.0), cache=SimpleNamespace(num_layers=1, meta=lambda layer: per_head),
+        policy=SimpleNamespace(layer_groups=lambda n: {"all": [0]}),
+    )
+    assert held_shares(session) == [{0: 1.0, 1: 3 / 8, 2: 1 / 8}]

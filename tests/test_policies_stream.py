@@ -148,6 +148,7 @@ OPTIONS = {
         "alpha": st.sampled_from([0.0, 0.5, 1.0]),
         "recent_fraction": st.sampled_from([0.125, 0.25, 1.0]),
         "van_pool": st.booleans(),
+        "per_head": st.booleans(),
         "profile": st.sampled_from(["paper", "reference"]),
     }),
     "hermes": st.fixed_dictionaries({
@@ -169,7 +170,8 @@ def check_choices(choices: list[LayerChoice], stream: Stream, n: int) -> None:
     target = policy.target(spec.budget, spec.tokens_per_frame)
     for choice in choices:
         keep = choice.keep
-        assert keep.dtype == torch.long and keep.dim() == 1
+        assert keep.dtype == torch.long and keep.dim() in ((1, 2) if policy.keeps_per_head() else (1,))
+        assert keep.dim() == 1 or keep.shape[0] == stream.heads  # a set per key-value head
         assert bool((keep.diff() > 0).all()) and (keep.numel() == 0 or (int(keep.min()) >= 0 and int(keep.max()) < n))
         assert choice.size == target
         if choice.summary is not None:
@@ -180,7 +182,7 @@ def check_choices(choices: list[LayerChoice], stream: Stream, n: int) -> None:
 def check_after_compression(stream: Stream, choices: list[LayerChoice], before: list[dict]) -> None:
     """The cache invariants, plus what each policy promises about which tokens stay."""
     policy, spec = stream.policy, stream.spec
-    lengths = {layer["token_id"].shape[0] for layer in stream.layers}
+    lengths = {layer["token_id"].shape[-1] for layer in stream.layers}
     assert len(lengths) == 1 and lengths.pop() <= spec.budget
     if policy.name == "fifo":
         assert all(ids(layer) == stream.appended[-spec.budget:] for layer in stream.layers)

@@ -287,11 +287,11 @@ def held_shares(session: Session) -> list[dict[int, float]]:
     shares = []
     for layer in range(session.cache.num_layers):
         meta = session.cache.meta(layer)
-        units = meta.frame[meta.kind == KIND_VIDEO].tolist()
+        units = meta.frame[meta.kind == KIND_VIDEO].tolist()  # over all heads, where a layer keeps a set per head
         counts: dict[int, int] = {}
         for u in units:
             counts[u] = counts.get(u, 0) + 1
-        shares.append({u: min(1.0, n / per_unit) for u, n in counts.items()})
+        shares.append({u: min(1.0, n / (per_unit * meta.heads)) for u, n in counts.items()})
     return shares
 
 

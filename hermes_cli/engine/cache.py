@@ -8,8 +8,9 @@ position its key was rotated with (1-D, or t/h/w for M-RoPE).
 
 This is the only module that slices cache tensors. Its invariant: all layers hold the same
 number of tokens, so one attention mask and one position counter serve every layer. Layers may
-hold *different* tokens (a policy chooses per layer); positions are session-owned and never
-derived from the physical length.
+hold *different* tokens (a policy chooses per layer), and so may the key-value heads of a layer
+when a policy chooses per head (InfiniPot-V's reference profile): that layer's metadata then has
+a leading head axis. Positions are session-owned and never derived from the physical length.
 """
 
 from __future__ import annotations
@@ -27,7 +28,12 @@ KIND_PREFIX, KIND_VIDEO, KIND_SUMMARY, KIND_TEXT = 0, 1, 2, 3
 
 @dataclass
 class TokenMeta:
-    """Identity and position of n tokens: what ``append`` records for each layer."""
+    """Identity and position of n tokens: what ``append`` records for each layer.
+
+    Shared by a layer's key-value heads: fields (n,) and positions (n, A). Per head (a policy
+    chose per KV head): a leading head axis, (H, n) and (H, n, A); slot j of head h is then a
+    different token from slot j of another head.
+    """
 
     kind: Tensor  # (n,) int8
     token_id: Tensor  # (n,) int64
@@ -36,7 +42,37 @@ class TokenMeta:
     positions: Tensor  # (n, A) int64
 
     def __len__(self) -> int:
-        return int(self.kind.shape[0])
+        return int(self.kind.shape[-1])
+
+    @property
+    def per_head(self) -> bool:
+        return self.kind.dim() == 2
+
+    @property
+    def heads(self) -> int:
+        """Head sets held: H when per head, else 1."""
+        return int(self.kind.shape[0]) if self.per_head else 1
+
+    def head(self, h: int) -> TokenMeta:
+        """The (shared-shaped) metadata of head ``h``'s tokens; itself when shared."""
+        return TokenMeta(*(t[h] for t in self._fields())) if self.per_head else self
+
+    def expand(self, heads: int) -> TokenMeta:
+        """Per-head metadata: this shared metadata for each of ``heads`` heads (views)."""
+        if self.per_head:
+            return self
+        return TokenMeta(*(t.unsqueeze(0).expand(heads, *t.shape) for t in self._fields()))
+
+    def gather(self, index: Tensor) -> TokenMeta:
+        """Per-head metadata of ``index`` (H, K): head h keeps its tokens ``index[h]``."""
+        if not self.per_head:
+            return TokenMeta(*(t[index] for t in self._fields()))
+        a = self.positions.shape[-1]
+        return TokenMeta(
+            kind=torch.gather(self.kind, 1, index), token_id=torch.gather(self.token_id, 1, index),
+            frame=torch.gather(self.frame, 1, index), patch=torch.gather(self.patch, 1, index),
+            positions=torch.gather(self.positions, 1, index[..., None].expand(-1, -1, a)),
+        )
 
     @classmethod
     def new(cls, kind: int, first_id: int, positions: Tensor, frame: Tensor | None = None,
@@ -53,14 +89,21 @@ class TokenMeta:
         )
 
     def select(self, index: Tensor | slice) -> TokenMeta:
-        return TokenMeta(*(t[index] for t in self._fields()))
+        """The tokens at ``index`` along the token axis (in every head)."""
+        return TokenMeta(kind=self.kind[..., index], token_id=self.token_id[..., index], frame=self.frame[..., index],
+                         patch=self.patch[..., index], positions=self.positions[..., index, :])
 
     def _fields(self) -> tuple[Tensor, ...]:
         return (self.kind, self.token_id, self.frame, self.patch, self.positions)
 
     @staticmethod
     def cat(parts: list[TokenMeta]) -> TokenMeta:
-        return TokenMeta(*(torch.cat(ts) for ts in zip(*(p._fields() for p in parts), strict=True)))
+        """Along the token axis; shared parts are repeated per head when any part is per head."""
+        heads = max(p.heads for p in parts)
+        if heads > 1:
+            parts = [p.expand(heads) for p in parts]
+        axis = 1 if heads > 1 else 0
+        return TokenMeta(*(torch.cat(ts, dim=axis) for ts in zip(*(p._fields() for p in parts), strict=True)))
 
 
 class StreamLayer(DynamicLayer):
@@ -176,11 +219,11 @@ class StreamingCache(Cache):
     def prefix_length(self) -> int:
         if self.stream_layers[0].meta is None:
             return 0
-        return int((self.meta(0).kind == KIND_PREFIX).sum())
+        return int((self.meta(0).head(0).kind == KIND_PREFIX).sum())
 
     def count(self, kind: int) -> list[int]:
-        """Tokens of ``kind`` per layer."""
-        return [0 if l.meta is None else int((l.meta.kind == kind).sum()) for l in self.stream_layers]
+        """Tokens of ``kind`` per layer (in its first head, where it holds a set per head)."""
+        return [0 if l.meta is None else int((l.meta.head(0).kind == kind).sum()) for l in self.stream_layers]
 
     def stream_counts(self) -> list[int]:
         """Stream tokens (video + summary) per layer: what a budget counts."""
@@ -201,7 +244,9 @@ class StreamingCache(Cache):
         if self.stream_layers[0].meta is None or self.length == 0:
             return None
         home = self.stream_layers[0].held_meta().positions.device  # layers may sit on different devices
-        return torch.stack([l.held_meta().positions.max(dim=0).values.to(home) for l in self.stream_layers]).max(dim=0).values
+        return torch.stack([
+            l.held_meta().positions.flatten(0, -2).max(dim=0).values.to(home) for l in self.stream_layers
+        ]).max(dim=0).values
 
     # -- growing ------------------------------------------------------------------------------
     def new_ids(self, n: int) -> int:
@@ -250,7 +295,7 @@ class StreamingCache(Cache):
         first layer's metadata for them (the tokens after a mark are the same in every layer)."""
         keys = [l.keys[:, :, mark.length : l.length].clone() for l in self.stream_layers]
         values = [l.values[:, :, mark.length : l.length].clone() for l in self.stream_layers]
-        return keys, values, self.meta(0).select(slice(mark.length, self.length))
+        return keys, values, self.meta(0).head(0).select(slice(mark.length, self.length))
 
     def append(self, keys: list[Tensor], values: list[Tensor], meta: TokenMeta) -> None:
         """Append already computed keys and values (one (1, H, n, D) pair per layer) with ``meta``."""
@@ -262,7 +307,8 @@ class StreamingCache(Cache):
 
     # -- what policies see and what they choose -------------------------------------------------
     def stream_view(self, layer: int, attention: dict[str, Tensor] | None = None) -> LayerTokens:
-        """The stream tokens (everything after the prefix) of one layer, as a policy sees them."""
+        """The stream tokens (everything after the prefix) of one layer, as a policy sees them
+        (with a head axis on the identities where the layer holds a token set per head)."""
         lay = self.stream_layers[layer]
         p = self.prefix_length()
         meta = self.meta(layer).select(slice(p, lay.length))
@@ -280,7 +326,8 @@ class StreamingCache(Cache):
     def apply(self, choices: list[LayerChoice]) -> None:
         """Keep, in each layer, the chosen stream tokens (in order) and append its summary token.
 
-        Every layer must end with the same length; text tokens must not be present.
+        A choice of (H, K) indices keeps a set per key-value head. Every layer must end with the
+        same length; text tokens must not be present.
         """
         if len(choices) != len(self.layers):
             raise ValueError(f"{len(choices)} choices for {len(self.layers)} layers")
@@ -296,12 +343,25 @@ class StreamingCache(Cache):
             keep = choice.keep.to(device=layer.keys.device, dtype=torch.long)
             if keep.numel() and (keep.min() < 0 or keep.max() >= n_stream or (keep.diff() <= 0).any()):
                 raise ValueError("keep indices must be strictly increasing and inside the layer")
-            index = torch.cat([torch.arange(p, device=keep.device), keep + p])
-            k = index.numel()
-            # Advanced indexing copies the selection before it is written back, so in place is safe.
-            layer.keys[:, :, :k] = layer.keys[:, :, index]
-            layer.values[:, :, :k] = layer.values[:, :, index]
-            meta = layer.held_meta().select(index)
+            prefix = torch.arange(p, device=keep.device)
+            if keep.dim() == 2:
+                heads, dim = layer.keys.shape[1], layer.keys.shape[-1]
+                if keep.shape[0] != heads:
+                    raise ValueError(f"a choice per head for {keep.shape[0]} heads, the layer has {heads}")
+                index = torch.cat([prefix.expand(heads, p), keep + p], dim=1)
+                k = index.shape[1]
+                where = index[None, :, :, None].expand(1, heads, k, dim)
+                held = slice(0, layer.length)
+                layer.keys[:, :, :k] = torch.gather(layer.keys[:, :, held], 2, where)
+                layer.values[:, :, :k] = torch.gather(layer.values[:, :, held], 2, where)
+                meta = layer.held_meta().gather(index)
+            else:
+                index = torch.cat([prefix, keep + p])
+                k = index.numel()
+                # Advanced indexing copies the selection before it is written back, so in place is safe.
+                layer.keys[:, :, :k] = layer.keys[:, :, index]
+                layer.values[:, :, :k] = layer.values[:, :, index]
+                meta = layer.held_meta().select(index)
             if choice.summary is not None:
                 layer._reserve(k + 1)
                 s = choice.summary
@@ -314,28 +374,34 @@ class StreamingCache(Cache):
             layer.meta = meta
 
     def reposition(self, layer: int, positions: Tensor, rotary: Rotary) -> None:
-        """Move one layer's stream tokens to new ``positions`` (N, A), rotating their keys to match.
+        """Move one layer's stream tokens to new ``positions`` (N, A), or (H, N, A) where the layer
+        holds a set per head, rotating their keys to match.
 
         The keys are corrected by the rotary delta in place; nothing is recomputed.
         """
         lay = self.stream_layers[layer]
         p = self.prefix_length()
         held = lay.held_meta()
-        old = held.positions[p : lay.length]
+        old = held.positions[..., p : lay.length, :]
         if positions.shape != old.shape:
             raise ValueError(f"expected positions of shape {tuple(old.shape)}, got {tuple(positions.shape)}")
         positions = positions.to(old)
         delta = positions - old
         if bool((delta != 0).any()):
             keys = lay.keys[:, :, p : lay.length]
-            keys.copy_(rotary.rotate(keys, delta))
-        held.positions = torch.cat([held.positions[:p], positions])
+            if held.per_head:
+                for h in range(held.heads):
+                    keys[:, h].copy_(rotary.rotate(keys[:, h], delta[h]))
+            else:
+                keys.copy_(rotary.rotate(keys, delta))
+        held.positions = torch.cat([held.positions[..., :p, :], positions], dim=-2)
 
     # -- snapshots ------------------------------------------------------------------------------
     def export_layers(self, device: torch.device | str = "cpu") -> list[dict[str, Tensor]]:
         """Copies of what each layer holds, on ``device``: ``keys``/``values`` (1, H, length, D) —
         the held length only, never the spare capacity — and the token metadata (``kind``,
-        ``token_id``, ``frame``, ``patch``, ``positions``). Text tokens must not be present."""
+        ``token_id``, ``frame``, ``patch``, ``positions``; with a head axis where the layer holds
+        a set per head). Text tokens must not be present."""
         if any(self.count(KIND_TEXT)):
             raise RuntimeError("export the cache only between questions")
         out = []

@@ -43,7 +43,11 @@ def stream_state(cache: StreamingCache, signals: Signals) -> StreamState:
 
 def compress(cache: StreamingCache, policy: Policy, signals: Signals) -> list[LayerChoice]:
     """Apply ``policy``'s choice to ``cache`` in place; returns the choice (per layer)."""
-    choices = policy.select(stream_state(cache, signals))
+    state = stream_state(cache, signals)
+    if not policy.keeps_per_head() and any(layer.per_head for layer in state.layers):
+        raise ValueError(f"the memory holds a token set per key-value head, which {policy.name!r} cannot "
+                         "compress: continue it under infinipot profile=reference")
+    choices = policy.select(state)
     cache.apply(choices)
     return choices
 

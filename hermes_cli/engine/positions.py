@@ -90,9 +90,12 @@ class PositionTracker:
         steps = [self.clock.interval if spaced else 1.0] + [1.0] * (self.adapter.position_axes - 1)
         distinct_units = 0
         for layer in range(cache.num_layers):
-            new = compact_positions(cache.meta(layer).positions[p:], p, steps)
+            old = cache.meta(layer).select(slice(p, None)).positions
+            # A layer holding a set per head ranks the union of its heads' positions: one token,
+            # one position, whichever heads keep it.
+            new = compact_positions(old.flatten(0, -2), p, steps).view(old.shape)
             cache.reposition(layer, new, self.adapter.rotary)
-            distinct_units = max(distinct_units, int(torch.unique(new[:, 0]).numel()))
+            distinct_units = max(distinct_units, int(torch.unique(new[..., 0]).numel()))
         self.reindex_count += 1
         if spaced:
             self.clock = VideoClock(p, p, units_seen - distinct_units, self.clock.interval)

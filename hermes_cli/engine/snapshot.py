@@ -310,9 +310,10 @@ def _check_structure(snap: Snapshot) -> None:
             kv_dtype = k.dtype
         if k.dtype != kv_dtype or v.dtype != kv_dtype or dtype_name(kv_dtype) != snap.dtype:
             raise ValueError(f"layer {l} dtype")
+        per_head = (k.shape[1],) if layer["kind"].ndim == 2 else ()  # a token set per key-value head
         for name, dtype in META_DTYPES.items():
             t = layer[name]
-            shape = (length, axes) if name == "positions" else (length,)
+            shape = (*per_head, length, axes) if name == "positions" else (*per_head, length)
             if t.dtype != dtype or tuple(t.shape) != shape:
                 raise ValueError(f"layer {l} {name}")
     pending = snap.state["pending_frames"]
@@ -346,6 +347,10 @@ def check_fits(snap: Snapshot, session, *, accept_policy: bool = False, convert_
         flag = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(snap.dtype, snap.dtype)
         raise SnapshotError(f"{path} holds {snap.dtype} memory and the model runs in {here} — run it with "
                             f"--dtype {flag}, or pass --convert-memory to convert the memory to {here}")
+    if any(layer["kind"].ndim == 2 for layer in snap.layers()) and not session.policy.keeps_per_head():
+        raise SnapshotError(f"{path} holds a token set per key-value head (infinipot profile=reference); "
+                            f"{session.policy.name!r} keeps one set per layer — load it under --policy infinipot "
+                            "--policy-opt profile=reference")
     if accept_policy:
         return
     policy = snap.state["policy"]
