@@ -62,3 +62,22 @@ def test_policies_lists_the_profiles_and_every_new_parameter_with_its_default():
         assert line in text, line
     assert text.count("profile = 'paper'") == 2  # hermes and infinipot
     assert "reference" in text
+
+
+def test_the_session_switches_are_command_line_options():
+    """--reindex-spacing, --pseudo-query-history and --penalise-prompt reach the session's config
+    (watch, chat and eval), and a bad spacing is refused before anything loads."""
+    from hermes_cli.cli.groups import AnswerOptions, MemoryOptions, ModelOptions, session_settings
+
+    config = session_settings(ModelOptions(), MemoryOptions(reindex_spacing="interval", pseudo_query_history=False),
+                              AnswerOptions(penalise_prompt=True)).config()
+    assert (config.reindex_spacing, config.pseudo_query_history, config.penalise_prompt) == ("interval", False, True)
+    defaults = session_settings(ModelOptions(), MemoryOptions(), AnswerOptions()).config()
+    assert (defaults.reindex_spacing, defaults.pseudo_query_history, defaults.penalise_prompt) == ("rank", True, False)
+    for command in ("watch", "chat", "eval"):
+        text = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"}).output
+        for flag in ("--reindex-spacing", "--pseudo-query-history", "--penalise-prompt"):
+            assert flag in text, (command, flag)
+    result = runner.invoke(app, ["watch", "clip.mp4", "--model", "tiny", "--reindex-spacing", "wide"])
+    assert result.exit_code != 0
+    assert "--reindex-spacing must be one of rank, interval" in str(result.exception) + result.output

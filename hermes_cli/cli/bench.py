@@ -77,7 +77,7 @@ class BenchAnswerOptions:
     """How each step is measured: answers per step, their length, and the many-questions mode."""
 
     repeats: Annotated[int, typer.Option("--repeats", help="Measured answers per step (the median is reported).")] = 3
-    warmup: Annotated[int, typer.Option("--warmup", help="Unmeasured answers before those, per step.")] = 1
+    warmup: Annotated[int, typer.Option("--warmup", help="Unmeasured answers before those, per step; if any, one unmeasured chunk is also streamed before the first policy, so it does not pay the model's first-run costs.")] = 1
     max_new_tokens: Annotated[int, typer.Option(
         "--max-new-tokens", help="Tokens per answer (end-of-sequence is ignored, so TPOT is always measured).",
     )] = 16

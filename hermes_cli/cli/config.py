@@ -26,6 +26,7 @@ KEYS: dict[str, type | tuple[type, ...]] = {  # option (parameter name) -> TOML 
     "model": str, "policy": str, "budget": int, "policy_opt": list, "fps": (int, float), "chunk": int,
     "reindex": str, "max_new_tokens": int, "system": str, "pseudo_query": str, "max_pixels": int,
     "device": str, "dtype": str, "no_progress": bool,
+    "reindex_spacing": str, "pseudo_query_history": bool, "penalise_prompt": bool,
 }
 
 

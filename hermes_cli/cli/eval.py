@@ -29,9 +29,13 @@ from .groups import ModelOptions, with_option_groups
 from .options import (
     DebugOpt,
     NoProgressOpt,
+    PenalisePromptOpt,
     PolicyOpt,
     PolicyOptsOpt,
+    PseudoQueryHistoryOpt,
+    PseudoQueryOpt,
     QuietOpt,
+    ReindexSpacingOpt,
     VerboseOpt,
 )
 
@@ -61,6 +65,10 @@ def evaluate(
     fps: Annotated[float, typer.Option("--fps", help="Frames sampled per second of video (papers: 0.5 for LLaVA-OV, 0.5-1 for Qwen2.5-VL).")] = 1.0,
     chunk: Annotated[int, typer.Option("--chunk", help="Frames per prefill chunk (papers: 16; even for Qwen-VL).")] = 16,
     reindex: Annotated[str | None, typer.Option("--reindex", help="lazy, eager or off. Default: lazy when streaming, eager offline (as in the paper).")] = None,
+    reindex_spacing: ReindexSpacingOpt = defaults.REINDEX_SPACING,
+    pseudo_query: PseudoQueryOpt = defaults.PSEUDO_QUERY,
+    pseudo_query_history: PseudoQueryHistoryOpt = True,
+    penalise_prompt: PenalisePromptOpt = False,
     offline: Annotated[bool | None, typer.Option("--offline/--streaming", help="Protocol. Default: streaming when the questions carry end times, else offline.", show_default=False)] = None,
     tasks: TasksOpt = None,
     limit: Annotated[int | None, typer.Option("--limit", "-n", help="Only the first N questions (after --tasks).")] = None,
@@ -107,7 +115,7 @@ def evaluate(
     set_verbosity(quiet_, verbose_)
     model_settings = model_options.settings()
     SessionSettings(model_settings, MemorySettings(policy, budget, tuple(policy_opt or ()), fps, chunk,
-                                                   reindex or defaults.REINDEX)).check()
+                                                   reindex or defaults.REINDEX, pseudo_query, reindex_spacing)).check()
     for name, value, ok in (("--limit", limit, limit is None or limit >= 1), ("--npy-fps", npy_fps, npy_fps > 0),
                             ("--max-new-tokens", max_new_tokens, max_new_tokens is None or max_new_tokens >= 1)):
         if not ok:
@@ -128,7 +136,8 @@ def evaluate(
     model_name = model_settings.name()
     settings = EvalSettings(
         model=model_name, policy=policy, budget=budget, policy_opts=list(policy_opt or []), fps=fps, chunk=chunk,
-        reindex=reindex or default_reindex(protocol), protocol=protocol, history=history,
+        reindex=reindex or default_reindex(protocol), reindex_spacing=reindex_spacing, pseudo_query=pseudo_query,
+        pseudo_query_history=pseudo_query_history, penalise_prompt=penalise_prompt, protocol=protocol, history=history,
         max_new_tokens=max_new_tokens, npy_fps=npy_fps, max_pixels=model_settings.max_pixels,
     )
     factory = _session_factory(settings, model_settings.device, model_settings.dtype, quiet=json_out)
@@ -278,8 +287,9 @@ def _session_factory(settings, device, dtype, *, quiet: bool):
     session_settings = SessionSettings(
         ModelSettings(settings.model, device, dtype, settings.max_pixels),
         MemorySettings(settings.policy, settings.budget, tuple(settings.policy_opts), settings.fps, settings.chunk,
-                       settings.reindex),
-        AnswerSettings(settings.max_new_tokens or defaults.MAX_NEW_TOKENS, settings.history),
+                       settings.reindex, settings.pseudo_query, settings.reindex_spacing, settings.pseudo_query_history),
+        AnswerSettings(settings.max_new_tokens or defaults.MAX_NEW_TOKENS, settings.history,
+                       penalise_prompt=settings.penalise_prompt),
     )
     session_settings.check()
     state: dict = {}

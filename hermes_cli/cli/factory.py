@@ -70,6 +70,8 @@ class MemorySettings:
     chunk: int = defaults.CHUNK_FRAMES
     reindex: str = defaults.REINDEX
     pseudo_query: str = defaults.PSEUDO_QUERY
+    reindex_spacing: str = defaults.REINDEX_SPACING
+    pseudo_query_history: bool = True
 
     def policy_options(self) -> dict:
         from policies import parse_option
@@ -96,6 +98,7 @@ class AnswerSettings:
     history: bool = True
     system: str | None = None
     history_tokens: int = defaults.HISTORY_TOKENS
+    penalise_prompt: bool = False
 
 
 @dataclass(frozen=True)
@@ -114,8 +117,9 @@ class SessionSettings:
         try:
             return SessionConfig(
                 budget=m.budget, chunk_frames=m.chunk, fps=m.fps, reindex=m.reindex, pseudo_query=m.pseudo_query,
+                reindex_spacing=m.reindex_spacing, pseudo_query_history=m.pseudo_query_history,
                 max_new_tokens=self.answers.max_new_tokens, history=self.answers.history,
-                history_tokens=self.answers.history_tokens,
+                history_tokens=self.answers.history_tokens, penalise_prompt=self.answers.penalise_prompt,
                 system_prompt=self.answers.system or defaults.SYSTEM_PROMPT,
             )
         except ValueError as exc:

@@ -33,11 +33,14 @@ from .options import (
     MaxPixelsOpt,
     MemoryOpt,
     ModelOpt,
+    PenalisePromptOpt,
     PolicyOpt,
     PolicyOptsOpt,
+    PseudoQueryHistoryOpt,
     PseudoQueryOpt,
     QuietOpt,
     ReindexOpt,
+    ReindexSpacingOpt,
     SaveMemoryOpt,
     SystemOpt,
     VerboseOpt,
@@ -69,20 +72,23 @@ class MemoryOptions:
     fps: FpsOpt = defaults.FPS
     chunk: ChunkOpt = defaults.CHUNK_FRAMES
     reindex: ReindexOpt = defaults.REINDEX
+    reindex_spacing: ReindexSpacingOpt = defaults.REINDEX_SPACING
     pseudo_query: PseudoQueryOpt = defaults.PSEUDO_QUERY
+    pseudo_query_history: PseudoQueryHistoryOpt = True
 
     def settings(self) -> MemorySettings:
         return MemorySettings(self.policy, self.budget, tuple(self.policy_opt or ()), self.fps, self.chunk,
-                              self.reindex, self.pseudo_query)
+                              self.reindex, self.pseudo_query, self.reindex_spacing, self.pseudo_query_history)
 
 
 @dataclass(frozen=True)
 class AnswerOptions:
-    """--max-new-tokens, --history-tokens, --system."""
+    """--max-new-tokens, --history-tokens, --system, --penalise-prompt."""
 
     max_new_tokens: MaxNewTokensOpt = defaults.MAX_NEW_TOKENS
     history_tokens: HistoryTokensOpt = defaults.HISTORY_TOKENS
     system: SystemOpt = None
+    penalise_prompt: PenalisePromptOpt = False
 
 
 @dataclass(frozen=True)
@@ -111,7 +117,8 @@ def session_settings(model: ModelOptions, memory: MemoryOptions, answers: Answer
                      history: bool = True) -> SessionSettings:
     """What a session is built from, from its option groups."""
     return SessionSettings(model.settings(), memory.settings(),
-                           AnswerSettings(answers.max_new_tokens, history, answers.system, answers.history_tokens))
+                           AnswerSettings(answers.max_new_tokens, history, answers.system, answers.history_tokens,
+                                          answers.penalise_prompt))
 
 
 def with_option_groups(command: F) -> F:

@@ -34,6 +34,21 @@ PseudoQueryOpt = Annotated[
                  "(the paper's method: raw embeddings through each layer's norm and projections) or forward "
                  "(a real forward of the pseudo-query on the cache)."),
 ]
+ReindexSpacingOpt = Annotated[
+    str,
+    typer.Option("--reindex-spacing", metavar="SPACING", help="How re-indexing compacts positions: rank (the "
+                 "paper's Eq. 11: dense rank on every axis) or interval (ours: M-RoPE keeps its temporal spacing)."),
+]
+PseudoQueryHistoryOpt = Annotated[
+    bool,
+    typer.Option("--pseudo-query-history/--no-pseudo-query-history", help="Pseudo-queries follow the last question "
+                 "and answer even when the prompt carries no history (the official code's protocol)."),
+]
+PenalisePromptOpt = Annotated[
+    bool,
+    typer.Option("--penalise-prompt", help="Repetition penalty over the prompt's tokens too (ours); by default "
+                 "only over the answer's own tokens, as in the official code."),
+]
 ReconnectOpt = Annotated[
     str | None,
     typer.Option("--reconnect", metavar="DURATION", help="Live streams and cameras: after a drop, keep reconnecting "

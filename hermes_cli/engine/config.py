@@ -38,7 +38,7 @@ class SessionConfig:
                 f"--pseudo-query must be one of {', '.join(defaults.PSEUDO_QUERY_MODES)}, got {self.pseudo_query!r}"
             )
         if self.reindex_spacing not in defaults.REINDEX_SPACINGS:
-            raise ValueError(f"reindex spacing must be one of {', '.join(defaults.REINDEX_SPACINGS)}, got {self.reindex_spacing!r}")
+            raise ValueError(f"--reindex-spacing must be one of {', '.join(defaults.REINDEX_SPACINGS)}, got {self.reindex_spacing!r}")
         if self.chunk_frames < 1:
             raise ValueError(f"--chunk must be at least 1 frame, got {self.chunk_frames}")
         if self.fps <= 0:

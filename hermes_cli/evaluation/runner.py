@@ -55,6 +55,10 @@ class EvalSettings:
     fps: float = defaults.FPS
     chunk: int = defaults.CHUNK_FRAMES
     reindex: str = defaults.REINDEX
+    reindex_spacing: str = defaults.REINDEX_SPACING
+    pseudo_query: str = defaults.PSEUDO_QUERY
+    pseudo_query_history: bool = True  # the official protocol: pseudo-queries follow earlier answers
+    penalise_prompt: bool = False
     protocol: str = "streaming"
     history: bool = False
     max_new_tokens: int | None = None  # None: 16 for multiple choice, 128 for open-ended
