@@ -270,3 +270,19 @@ def test_a_plot_path_and_a_short_video_fail_before_the_model_loads(app, tmp_path
     make_video(clip, 5, 4)
     result = runner.invoke(app, ["bench", "--video", str(clip), "--frames", "64"])
     assert result.exit_code != 0 and "fewer than --frames 64" in str(result.exception)
+
+
+def test_full_size_builds_tokenize_the_pseudo_queries_at_their_real_length():
+    """The --arch builds' tokenizer gives the built-in texts the length the real Qwen2 tokenizer
+    does (counted once with Qwen's BPE ranks: local 21, global 22, mixed 43, the bench question
+    7), so the pseudo-query cost they measure is not inflated; the tiny models' small one is not."""
+    from hermes_cli.models.tiny import LLAVA_SPECIALS, WHOLE_WORDS, make_tokenizer
+    from policies.hermes import pseudo_query_texts
+
+    real = {"local": 21, "global": 22, "mixed": 43}
+    whole, small = make_tokenizer(LLAVA_SPECIALS, WHOLE_WORDS), make_tokenizer(LLAVA_SPECIALS)
+    texts = pseudo_query_texts(())
+    for name, count in real.items():
+        assert abs(len(whole(texts[name])["input_ids"]) - count) <= 0.1 * count + 1, name
+        assert len(small(texts[name])["input_ids"]) > 1.5 * count, name
+    assert len(whole("What is happening in the video?")["input_ids"]) == 7

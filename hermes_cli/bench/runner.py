@@ -362,6 +362,29 @@ def run_policy(adapter, policy_name: str, steps: list[int], *, budget: int | Non
     return records[first:]
 
 
+def warm_up(adapter, chunk: int, frames: Iterator[tuple[np.ndarray, float]], fps: float) -> None:
+    """Stream one unmeasured chunk and answer once, then forget it all, so that the first policy
+    does not pay the model's first-run costs (thread pools, kernel selection, allocator growth)
+    that the others are spared."""
+    from policies import make_policy
+
+    from ..engine.session import Session, SessionConfig
+
+    session = Session(adapter, make_policy("full"), SessionConfig(budget=None, chunk_frames=chunk, fps=fps,
+                                                                   max_new_tokens=2, history=False))
+    try:
+        for _ in range(chunk):
+            frame, ts = next(frames)
+            session.ingest([frame], [ts])
+        session.flush()
+        measure_answers(session, DEFAULT_QUESTION, repeats=1, warmup=0, max_new_tokens=2)
+    except StopIteration:
+        pass  # a stream shorter than a chunk: the measured steps will say so
+    finally:
+        del session
+        release_free_memory()
+
+
 def run_bench(adapter, policies: list[str], steps: list[int], *, budget: int | None, chunk: int = 16,
               fps: float = 1.0, repeats: int = 3, warmup: int = 1, max_new_tokens: int = 16,
               frames: Callable[[], Iterator[tuple[np.ndarray, float]]] | None = None,
@@ -370,8 +393,8 @@ def run_bench(adapter, policies: list[str], steps: list[int], *, budget: int | N
               pseudo_query: str = defaults.PSEUDO_QUERY) -> list[BenchRecord]:
     """Benchmark each policy on one growing stream; records in policy order, then stream length.
 
-    ``frames`` makes a fresh (frame, timestamp) iterator per policy (default: synthetic frames at
-    ``fps``); ``synthetic_vision`` skips the vision tower (random embeddings, real layout).
+    With ``warmup``, one unmeasured chunk is streamed first (``warm_up``). ``frames`` makes a
+    fresh (frame, timestamp) iterator per policy (default: synthetic frames at ``fps``); ``synthetic_vision`` skips the vision tower (random embeddings, real layout).
     Ctrl-C raises ``BenchInterrupted`` carrying the records measured so far.
     """
     if repeats < 1:
@@ -387,6 +410,8 @@ def run_bench(adapter, policies: list[str], steps: list[int], *, budget: int | N
     from ..app.prefetch import prefetched
 
     try:
+        if warmup:
+            warm_up(driven, chunk, make_frames(), fps)
         for name in policies:
             source = prefetched(make_frames(), chunk)  # the next chunk decodes while this one prefills
             try:

@@ -4,8 +4,9 @@
 published model (``hermes_cli/configs/*.json``: sizes, layers, heads, vocabulary, rotary and
 vision-tower facts; no weights) and fills every weight with seeded random numbers. Speed and
 memory are those of the real model; answers are noise. The tokenizer is made on the spot (a
-small byte-level BPE with the model's special tokens); the model keeps its real vocabulary size,
-so the embedding table and the output head have their real cost.
+small byte-level BPE with the model's special tokens, whole words for the built-in texts, so the
+pseudo-queries have their real length); the model keeps its real vocabulary size, so the
+embedding table and the output head have their real cost.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from importlib import resources
 import torch
 
 from .registry import ARCHS, ModelLoadError, resolve_arch
-from .tiny import LLAVA_SPECIALS, QWEN_SPECIALS, SEED, chat_template, make_tokenizer
+from .tiny import LLAVA_SPECIALS, QWEN_SPECIALS, SEED, WHOLE_WORDS, chat_template, make_tokenizer
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ def _llava_onevision(cfg: dict):
     from transformers.models.llava_onevision.image_processing_llava_onevision import LlavaOnevisionImageProcessor
     from transformers.models.llava_onevision.video_processing_llava_onevision import LlavaOnevisionVideoProcessor
 
-    tokenizer = make_tokenizer(LLAVA_SPECIALS)
+    tokenizer = make_tokenizer(LLAVA_SPECIALS, WHOLE_WORDS)
     ids = _token_ids(tokenizer, {"eos": "<|im_end|>", "pad": "<|endoftext|>", "image": "<image>", "video": "<video>"})
     text = {k: v for k, v in cfg["text_config"].items()}
     text.update(bos_token_id=ids["pad"], eos_token_id=ids["eos"], pad_token_id=ids["pad"])
@@ -160,7 +161,7 @@ def _llava_onevision(cfg: dict):
 
 def _qwen_text(cfg: dict):
     """(tokenizer, special token ids, text config) shared by the Qwen-VL families."""
-    tokenizer = make_tokenizer(QWEN_SPECIALS)
+    tokenizer = make_tokenizer(QWEN_SPECIALS, WHOLE_WORDS)
     ids = _token_ids(tokenizer, {
         "eos": "<|im_end|>", "pad": "<|endoftext|>", "image": "<|image_pad|>", "video": "<|video_pad|>",
         "vstart": "<|vision_start|>", "vend": "<|vision_end|>",

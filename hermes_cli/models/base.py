@@ -44,7 +44,11 @@ class EncodedChunk:
     grid_thw: Tensor | None = None
 
 
-APPROX_ROW_BLOCK = 64  # pseudo-query rows scored at once by the approximate pass
+# The approximate pass scores as many pseudo-query rows at once as keep its (heads × rows × keys)
+# float32 score block under this size. Below glibc's largest mmap threshold (32 MiB), so the
+# block's memory is reused from one block to the next instead of being mapped and zero-filled
+# afresh each time (which tripled the pass's cost on a 9,000-token memory).
+APPROX_BLOCK_BYTES = 16 << 20
 
 
 class ModelAdapter(ABC):
@@ -265,8 +269,8 @@ class ModelAdapter(ABC):
         text); none sees another's keys. Returns per layer the weights (1, heads, q, cached + q)
         (other texts' columns 0), or with ``reduce`` only their mean over heads and each text's
         tokens on the cached columns, (texts, cached) — computed per key-value head group,
-        without copying keys per query head, ``APPROX_ROW_BLOCK`` query rows at a time (so the
-        score matrix held at once stays small whatever the pseudo-queries' length). ``only``: the layers to compute (others give None).
+        without copying keys per query head, a block of rows at a time (``APPROX_BLOCK_BYTES``: the
+        score matrix held at once stays small whatever the pseudo-queries' and the memory's length). ``only``: the layers to compute (others give None).
         """
         n = embeds.shape[1]
         sizes = list(sizes) if sizes is not None else [n]
@@ -292,18 +296,25 @@ class ModelAdapter(ABC):
             cached = cached_keys[index][0].to(q.device, torch.float32)  # (KV, N, D)
             kv, group = cached.shape[0], q.shape[0] // cached.shape[0]
             grouped = q.view(kv, group, n, -1)
-            blocks = range(0, n, APPROX_ROW_BLOCK) if reduce else range(0, n, n)  # rows are independent
+            row_bytes = q.shape[0] * (cached.shape[1] + n) * 4
+            step = max(1, APPROX_BLOCK_BYTES // row_bytes) if reduce else n  # rows are independent
             parts = []
-            for r0 in blocks:
-                r1 = min(n, r0 + (APPROX_ROW_BLOCK if reduce else n))
-                rows_q = grouped[:, :, r0:r1]
+            for r0 in range(0, n, step):
+                r1 = min(n, r0 + step)
+                rows_q = grouped[:, :, r0:r1] * attn.scaling
                 to_cache = torch.einsum("kgqd,knd->kgqn", rows_q, cached)
                 to_own = torch.einsum("kgqd,kmd->kgqm", rows_q, own)
                 to_own = to_own.masked_fill((text[r0:r1, None] != text[None, :]).to(q.device), float("-inf"))
-                weights = torch.softmax(torch.cat([to_cache, to_own], dim=-1) * attn.scaling, dim=-1)
-                # reduce: each row's weights on the cache summed over heads; else the weights themselves
-                parts.append(weights[..., : cached.shape[1]].sum(dim=(0, 1)) if reduce
-                             else weights.reshape(1, kv * group, r1 - r0, -1))
+                if not reduce:
+                    weights = torch.softmax(torch.cat([to_cache, to_own], dim=-1), dim=-1)
+                    parts.append(weights.reshape(1, kv * group, r1 - r0, -1))
+                    continue
+                # Each row's weights on the cache summed over heads: the softmax's numerators are
+                # made in place over the large (heads × rows × cached) block and never copied.
+                top = torch.maximum(to_cache.amax(dim=-1, keepdim=True), to_own.amax(dim=-1, keepdim=True))
+                numerators = to_cache.sub_(top).exp_()
+                denominators = numerators.sum(dim=-1, keepdim=True) + (to_own - top).exp().sum(dim=-1, keepdim=True)
+                parts.append(numerators.div_(denominators).sum(dim=(0, 1)))
             if reduce:
                 rows = torch.zeros(len(sizes), n)  # averages each text's rows over its tokens and all heads
                 rows[text, torch.arange(n)] = 1.0 / (torch.tensor(sizes, dtype=torch.float32)[text] * q.shape[0])
