@@ -119,9 +119,9 @@ def test_side_by_side_mask_shape_and_blocks():
 def test_reduced_approx_attention_is_the_mean_of_the_full_weights(tiny_qwen, tiny_llava, which, block, monkeypatch):
     """The batched, reduced approximate pass equals each text's full weights averaged over heads and
     tokens, whether its rows are scored all at once or a few at a time."""
-    import hermes_cli.models.base as base
+    import hermes_cli.models.attention as attention
 
-    monkeypatch.setattr(base, "APPROX_BLOCK_BYTES", block)
+    monkeypatch.setattr(attention, "SCORE_BLOCK_BYTES", block)
     adapter = tiny_qwen if which == "qwen" else tiny_llava
     session = session_for(adapter, "hermes", 10_000)
     session.ingest(moving_square_frames(8), [float(i) for i in range(8)])

@@ -58,6 +58,7 @@ def test_policies_lists_the_profiles_and_every_new_parameter_with_its_default():
         "fold_old_summary = False ours:",
         "summary_position_per_axis = False ours:",
         "rewrite_choices = True",
+        "per_head = False every key-value head keeps its own tokens",
     ):
         assert line in text, line
     assert text.count("profile = 'paper'") == 2  # hermes and infinipot

@@ -75,6 +75,25 @@ def test_row_attention_is_the_grouped_softmax_mean_on_a_hand_made_case():
     assert torch.allclose(row_attention(query, key, mask, 1.0, (1, 2)), ((head0 + head1) / 2)[1:2])
 
 
+@pytest.mark.parametrize("additive", [False, True])
+def test_row_attention_in_blocks_of_rows_equals_all_rows_at_once(additive, monkeypatch):
+    """Rows scored a few at a time (a tiny SCORE_BLOCK_BYTES) give the same mean as all at once."""
+    import hermes_cli.models.attention as attention
+
+    g = torch.Generator().manual_seed(1)
+    query, key = torch.randn(1, 6, 7, 4, generator=g), torch.randn(1, 2, 9, 4, generator=g)
+    allowed = torch.rand(1, 1, 7, 9, generator=g) > 0.3
+    allowed[..., 0] = True  # every row sees something
+    mask = torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min) if additive else allowed
+    whole = row_attention(query, key, mask, 0.5, (2, 8))
+    monkeypatch.setattr(attention, "SCORE_BLOCK_BYTES", 6 * 9 * 4 * 2)  # two rows per block
+    assert attention.rows_per_block(6, 9) == 2
+    assert torch.allclose(row_attention(query, key, mask, 0.5, (2, 8)), whole, atol=1e-7)
+    expected = torch.softmax((query.view(1, 2, 3, 7, 4) @ key.transpose(-1, -2)[:, :, None]) * 0.5
+                             + torch.where(allowed, 0.0, float("-inf"))[:, :, None], dim=-1)
+    assert torch.allclose(whole, expected[0, ..., 2:8].mean(dim=(0, 1, 2)), atol=1e-6)
+
+
 @pytest.mark.parametrize("family", ["qwen", "llava"])
 def test_folded_equals_separate_and_eager_per_layer(family, tiny_qwen, tiny_llava):
     adapter = tiny_qwen if family == "qwen" else tiny_llava

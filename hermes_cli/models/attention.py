@@ -22,6 +22,16 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 from transformers.models.qwen2.modeling_qwen2 import eager_attention_forward
 
 PROBE_IMPLEMENTATION = "hermes_probe"
+# Query rows are scored a block at a time, keeping the (heads × rows × keys) float32 score block
+# under this size: below glibc's largest mmap threshold (32 MiB), so its memory is reused from one
+# block to the next instead of being mapped and zero-filled afresh each time — which, at a
+# 9,000-token memory, tripled the cost of scoring the pseudo-queries.
+SCORE_BLOCK_BYTES = 16 << 20
+
+
+def rows_per_block(heads: int, keys: int) -> int:
+    """Query rows whose float32 scores over ``keys`` keys in ``heads`` heads fit ``SCORE_BLOCK_BYTES``."""
+    return max(1, SCORE_BLOCK_BYTES // (heads * keys * 4))
 
 
 @dataclass
@@ -61,23 +71,31 @@ def row_attention(query: Tensor, key: Tensor, mask: Tensor | None, scaling: floa
 
     Heads are grouped by the key/value head they share (H = Hkv × g, head h uses key head h // g),
     so keys are never copied per head. ``mask`` (1 or B, 1, r, K): boolean (True = may attend) or
-    additive, as the model's attention takes it.
+    additive, as the model's attention takes it. Rows go a block at a time (``rows_per_block``),
+    the softmax made in place in each block.
     """
     b, heads, rows, dim = query.shape
-    kv_heads = key.shape[1]
+    kv_heads, n_keys = key.shape[1], key.shape[2]
     group = heads // kv_heads
-    q = query.float().reshape(b, kv_heads, group * rows, dim)
-    scores = torch.matmul(q, key.float().transpose(-1, -2)).mul_(scaling)  # (B, Hkv, g·r, K)
-    scores = scores.view(b, kv_heads, group, rows, -1)
-    if mask is not None:
-        m = mask[:, :, None] if mask.dim() == 4 else mask
-        if m.dtype == torch.bool:
-            scores = scores.masked_fill(~m, float("-inf"))
-        else:
-            scores = scores + m.float()
-    weights = torch.softmax(scores, dim=-1)
+    keys_t = key.float().transpose(-1, -2)
     start, stop = columns
-    return weights[0, ..., start:stop].sum(dim=(0, 1, 2)) / (heads * rows)
+    total = torch.zeros(stop - start, dtype=torch.float32, device=query.device)
+    step = rows_per_block(heads, n_keys)
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        q = query[:, :, r0:r1].float().reshape(b, kv_heads, group * (r1 - r0), dim)
+        scores = torch.matmul(q, keys_t).mul_(scaling).view(b, kv_heads, group, r1 - r0, n_keys)  # (B, Hkv, g, r, K)
+        if mask is not None:
+            m = mask[..., r0:r1, :]
+            m = m[:, :, None] if m.dim() == 4 else m
+            if m.dtype == torch.bool:
+                scores.masked_fill_(~m, float("-inf"))
+            else:
+                scores.add_(m.float())
+        scores.sub_(scores.amax(dim=-1, keepdim=True)).exp_()
+        scores.div_(scores.sum(dim=-1, keepdim=True))
+        total += scores[0, ..., start:stop].sum(dim=(0, 1, 2))
+    return total / (heads * rows)
 
 
 def probe_attention_forward(module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None,

@@ -20,6 +20,7 @@ from torch import Tensor
 
 from ..positions.layout import VideoClock, text_positions, to_model_position_ids
 from ..positions.rope import RotaryDelta, rotate_half
+from . import attention
 from .attention import PROBE_IMPLEMENTATION, RowProbe, base_attention
 from .chat import conversation, split_prompt
 
@@ -44,11 +45,6 @@ class EncodedChunk:
     grid_thw: Tensor | None = None
 
 
-# The approximate pass scores as many pseudo-query rows at once as keep its (heads × rows × keys)
-# float32 score block under this size. Below glibc's largest mmap threshold (32 MiB), so the
-# block's memory is reused from one block to the next instead of being mapped and zero-filled
-# afresh each time (which tripled the pass's cost on a 9,000-token memory).
-APPROX_BLOCK_BYTES = 16 << 20
 
 
 class ModelAdapter(ABC):
@@ -269,8 +265,8 @@ class ModelAdapter(ABC):
         text); none sees another's keys. Returns per layer the weights (1, heads, q, cached + q)
         (other texts' columns 0), or with ``reduce`` only their mean over heads and each text's
         tokens on the cached columns, (texts, cached) — computed per key-value head group,
-        without copying keys per query head, a block of rows at a time (``APPROX_BLOCK_BYTES``: the
-        score matrix held at once stays small whatever the pseudo-queries' and the memory's length). ``only``: the layers to compute (others give None).
+        without copying keys per query head, a block of rows at a time (``attention.rows_per_block``:
+        the score matrix held at once stays small whatever the pseudo-queries' and the memory's length). ``only``: the layers to compute (others give None).
         """
         n = embeds.shape[1]
         sizes = list(sizes) if sizes is not None else [n]
@@ -296,8 +292,7 @@ class ModelAdapter(ABC):
             cached = cached_keys[index][0].to(q.device, torch.float32)  # (KV, N, D)
             kv, group = cached.shape[0], q.shape[0] // cached.shape[0]
             grouped = q.view(kv, group, n, -1)
-            row_bytes = q.shape[0] * (cached.shape[1] + n) * 4
-            step = max(1, APPROX_BLOCK_BYTES // row_bytes) if reduce else n  # rows are independent
+            step = attention.rows_per_block(q.shape[0], cached.shape[1] + n) if reduce else n  # rows are independent
             parts = []
             for r0 in range(0, n, step):
                 r1 = min(n, r0 + step)
