@@ -7,10 +7,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from hermes_cli.bench.plan import parse_steps
 from hermes_cli.bench.runner import (
     RECORD_FIELDS,
     BenchAdapter,
-    parse_steps,
     run_bench,
     summarise,
     synthetic_frames,

@@ -354,6 +354,22 @@ def test_models_and_policies_do_not_import_torch():
     assert "hermes" in done.stdout and "llava-hf/llava-onevision-qwen2-0.5b-ov-hf" in done.stdout
 
 
+def test_bench_option_errors_come_before_torch_is_imported():
+    """A mistyped `hermes bench` option is refused at once: nothing heavy is imported first."""
+    code = ("import sys; from hermes_cli.cli.main import app\n"
+            "for args in (['--frames', 'abc'], ['--policies', 'hermes,lru'], ['--budget', '0'],\n"
+            "             ['--policy-opt-typo'], ['--arch', 'llava-onevision-0.5b']):\n"
+            "    try: app(['bench', *args], standalone_mode=False)\n"
+            "    except BaseException as exc: print(type(exc).__name__, exc, file=sys.stderr)\n"
+            "print('TORCH', 'torch' in sys.modules, file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env(), cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert "TORCH False" in done.stderr, done.stderr
+    for needle in ("--frames expects a number", "unknown policy 'lru'", "--budget must be a positive",
+                   "No such option", "add --random-weights"):
+        assert needle in done.stderr, (needle, done.stderr)
+
+
 def test_the_policy_catalogue_matches_the_policies():
     """`hermes policies` reads a generated catalogue (no torch); it must say what the policies say."""
     from hermes_cli.cli.catalog import CATALOG, build

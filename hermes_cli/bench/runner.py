@@ -38,7 +38,6 @@ import torch
 from .. import defaults
 from ..models.base import ModelAdapter
 
-DEFAULT_STEPS = (16, 64, 256, 512)
 DEFAULT_QUESTION = defaults.BENCH_QUESTION
 RECORD_FIELDS = (
     "policy", "frames", "ttft_ms", "tpot_ms", "peak_memory_bytes", "kv_bytes", "cache_tokens",
@@ -90,32 +89,6 @@ class BenchRecord:
 
 
 # -- arguments ------------------------------------------------------------------------------------
-def parse_steps(text: str) -> list[int]:
-    """``"512"`` → the default steps up to 512 (16, 64, 256, 512); ``"16,64,256"`` → those steps."""
-    parts = [p.strip() for p in str(text).split(",") if p.strip()]
-    try:
-        values = [int(p) for p in parts]
-    except ValueError:
-        raise ValueError(f"--frames expects a number or a comma-separated list of numbers, got {text!r}") from None
-    if not values or any(v < 1 for v in values):
-        raise ValueError(f"--frames needs positive frame counts, got {text!r}")
-    if len(values) == 1:
-        top = values[0]
-        return [s for s in DEFAULT_STEPS if s < top] + [top]
-    return sorted(set(values))
-
-
-def parse_policies(text: str) -> list[str]:
-    names = [p.strip() for p in str(text).split(",") if p.strip()]
-    if not names:
-        raise ValueError("--policies needs at least one policy name")
-    from policies import policy_class
-
-    for name in names:
-        policy_class(name)  # ValueError naming the choices
-    return list(dict.fromkeys(names))
-
-
 # -- frames -----------------------------------------------------------------------------------------
 def synthetic_frames(size: tuple[int, int] = (360, 640), fps: float = 1.0, seed: int = 0) -> Iterator[tuple[np.ndarray, float]]:
     """Endless (frame, timestamp): a moving coloured square on a noisy background, ``size`` = (H, W)."""

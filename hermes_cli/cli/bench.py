@@ -215,14 +215,17 @@ def bench(
 def _check_options(s: BenchStreamOptions, m: BenchModelOptions, a: BenchAnswerOptions,
                    o: BenchOutputOptions) -> tuple[list[int], list[str], tuple[int, int]]:
     """(steps, policy names, frame size) — every option that can be checked before anything loads."""
-    from ..bench.runner import parse_policies, parse_steps
+    from ..bench.plan import parse_steps, policy_names
+    from .catalog import check_policy
 
     try:
         steps = parse_steps(s.frames)
-        names = parse_policies(s.policies)
+        names = policy_names(s.policies)
         frame_size = _parse_size(s.size)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
+    for name in names:
+        check_policy(name, ())
     if s.budget is not None and s.budget < 1:
         raise UserError("--budget must be a positive number of tokens")
     if a.questions < 0 or a.history_tokens < 0:
