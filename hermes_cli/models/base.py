@@ -8,6 +8,7 @@ language model on explicit positions over a ``StreamingCache``.
 
 from __future__ import annotations
 
+import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Sequence
 from contextlib import contextmanager
@@ -264,13 +265,17 @@ class ModelAdapter(ABC):
         ``embeds`` may hold several texts side by side (``sizes``: their lengths; default one
         text); none sees another's keys. Returns per layer the weights (1, heads, q, cached + q)
         (other texts' columns 0), or with ``reduce`` only their mean over heads and each text's
-        tokens on the cached columns, (texts, cached) — computed per key-value head group,
-        without copying keys per query head, a block of rows at a time (``attention.rows_per_block``:
-        the score matrix held at once stays small whatever the pseudo-queries' and the memory's length). ``only``: the layers to compute (others give None).
+        tokens on the cached columns, (texts, cached) — ``attention.row_attention`` per text, the
+        computation the folded probe uses: per key-value head group, without copying keys per
+        query head, a block of rows at a time. ``only``: the layers to compute (others give None).
         """
         n = embeds.shape[1]
         sizes = list(sizes) if sizes is not None else [n]
         text = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+        bounds = torch.tensor([0, *sizes]).cumsum(0).tolist()
+        total = cached_keys[0].shape[2]  # the cache's length, the same in every layer
+        sees = torch.cat([torch.ones(n, total, dtype=torch.bool), text[:, None] == text[None, :]], dim=1)
+        sees = sees[None, None]  # (1, 1, n, N + n): each text sees the cache and its own keys
         embeds = embeds.to(self.dtype)
         cos, sin = self.text_model.rotary_emb(embeds, self.position_ids(positions))
         cos, sin = cos.unsqueeze(1).float(), sin.unsqueeze(1).float()
@@ -287,35 +292,20 @@ class ModelAdapter(ABC):
                 q, own = attn.q_norm(q), attn.k_norm(own)
             q, own = q.transpose(1, 2).float(), own.transpose(1, 2).float()
             c, s = cos.to(q.device), sin.to(q.device)  # layers may sit on other devices (--device auto)
-            q = (q * c + rotate_half(q) * s)[0]  # (H, n, D)
-            own = (own * c + rotate_half(own) * s)[0]  # (KV, n, D)
-            cached = cached_keys[index][0].to(q.device, torch.float32)  # (KV, N, D)
-            kv, group = cached.shape[0], q.shape[0] // cached.shape[0]
-            grouped = q.view(kv, group, n, -1)
-            step = attention.rows_per_block(q.shape[0], cached.shape[1] + n) if reduce else n  # rows are independent
-            parts = []
-            for r0 in range(0, n, step):
-                r1 = min(n, r0 + step)
-                rows_q = grouped[:, :, r0:r1] * attn.scaling
-                to_cache = torch.einsum("kgqd,knd->kgqn", rows_q, cached)
-                to_own = torch.einsum("kgqd,kmd->kgqm", rows_q, own)
-                to_own = to_own.masked_fill((text[r0:r1, None] != text[None, :]).to(q.device), float("-inf"))
-                if not reduce:
-                    weights = torch.softmax(torch.cat([to_cache, to_own], dim=-1), dim=-1)
-                    parts.append(weights.reshape(1, kv * group, r1 - r0, -1))
-                    continue
-                # Each row's weights on the cache summed over heads: the softmax's numerators are
-                # made in place over the large (heads × rows × cached) block and never copied.
-                top = torch.maximum(to_cache.amax(dim=-1, keepdim=True), to_own.amax(dim=-1, keepdim=True))
-                numerators = to_cache.sub_(top).exp_()
-                denominators = numerators.sum(dim=-1, keepdim=True) + (to_own - top).exp().sum(dim=-1, keepdim=True)
-                parts.append(numerators.div_(denominators).sum(dim=(0, 1)))
+            q = q * c + rotate_half(q) * s  # (1, H, n, D)
+            own = own * c + rotate_half(own) * s  # (1, KV, n, D)
+            cached = cached_keys[index].to(q.device, torch.float32)  # (1, KV, N, D)
+            keys = torch.cat([cached, own], dim=2)
+            mask = sees.to(q.device)
             if reduce:
-                rows = torch.zeros(len(sizes), n)  # averages each text's rows over its tokens and all heads
-                rows[text, torch.arange(n)] = 1.0 / (torch.tensor(sizes, dtype=torch.float32)[text] * q.shape[0])
-                out.append(rows.to(q.device) @ torch.cat(parts))
-            else:
-                out.append(parts[0])
+                out.append(torch.stack([
+                    attention.row_attention(q[:, :, a:b], keys, mask[..., a:b, :], attn.scaling, (0, total))
+                    for a, b in itertools.pairwise(bounds)
+                ]))
+                continue
+            kv, heads = keys.shape[1], q.shape[1]
+            scores = (q.reshape(1, kv, -1, q.shape[-1]) @ keys.transpose(-1, -2)).view(1, heads, n, -1) * attn.scaling
+            out.append(torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1))
         return out
 
     @torch.no_grad()
