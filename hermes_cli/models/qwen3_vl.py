@@ -42,6 +42,7 @@ from torch import Tensor
 
 from ..positions.layout import VideoClock
 from .base import EncodedChunk, ModelAdapter
+from .qwen_vl import video_facts
 from .synthetic import processor_grid, synthetic_embeddings
 
 
@@ -79,11 +80,7 @@ class Qwen3VLAdapter(ModelAdapter):
 
     def __init__(self, model, processor, **kwargs) -> None:
         super().__init__(model, processor, **kwargs)
-        vp = processor.video_processor
-        self.frames_per_unit = int(vp.temporal_patch_size)
-        self.merge = int(vp.merge_size)
-        self.video_token = processor.video_token
-        self.video_token_id = int(processor.video_token_id)
+        self.frames_per_unit, self.merge, self.video_token, self.video_token_id = video_facts(processor)
         self.vision_start = processor.vision_start_token
         self.vision_end = processor.vision_end_token
         self.vision_end_id = int(processor.vision_end_token_id)

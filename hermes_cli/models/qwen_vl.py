@@ -24,17 +24,20 @@ from .base import EncodedChunk, ModelAdapter
 from .synthetic import processor_grid, synthetic_embeddings
 
 
+def video_facts(processor) -> tuple[int, int, str, int]:
+    """What a Qwen-VL processor (2, 2.5 or 3) says about video: frames per temporal patch, the
+    spatial merge size, the video placeholder token and its id."""
+    vp = processor.video_processor
+    return int(vp.temporal_patch_size), int(vp.merge_size), processor.video_token, int(processor.video_token_id)
+
+
 class QwenVLAdapter(ModelAdapter):
     family = "qwen2.5-vl"
     position_axes = 3
 
     def __init__(self, model, processor, **kwargs) -> None:
         super().__init__(model, processor, **kwargs)
-        vp = processor.video_processor
-        self.frames_per_unit = int(vp.temporal_patch_size)
-        self.merge = int(vp.merge_size)
-        self.video_token = processor.video_token
-        self.video_token_id = int(processor.video_token_id)
+        self.frames_per_unit, self.merge, self.video_token, self.video_token_id = video_facts(processor)
         # Qwen2.5-VL spaces temporal patches by real time; Qwen2-VL counts them 0, 1, 2, …
         self.time_aligned = model.config.model_type != "qwen2_vl"
         if not self.time_aligned:
