@@ -342,28 +342,31 @@ def test_config_path_honours_xdg_and_hermes_config(monkeypatch, tmp_path):
     assert "model" not in maps["watch"] and maps["eval"]["budget"] == 5 and "budget" not in maps["bench"]
 
 
-def test_models_and_policies_do_not_import_torch():
+def cli_in_fresh_python(arg_lists: list[list[str]], catch: str = "SystemExit") -> subprocess.CompletedProcess:
+    """Run the CLI once per argument list in a new Python (``catch``: the exceptions printed to
+    stderr instead of failing the run), then print ``TORCH True/False`` on stderr: whether torch
+    got imported. The run itself must succeed."""
     code = ("import sys; from hermes_cli.cli.main import app\n"
-            "for args in (['models'], ['models', '--json'], ['policies'], ['policies', '--json']):\n"
+            f"for args in {arg_lists!r}:\n"
             "    try: app(args, standalone_mode=False)\n"
-            "    except SystemExit: pass\n"
+            f"    except {catch} as exc: print(type(exc).__name__, exc, file=sys.stderr)\n"
             "print('TORCH', 'torch' in sys.modules, file=sys.stderr)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env(), cwd=ROOT)
     assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_models_and_policies_do_not_import_torch():
+    done = cli_in_fresh_python([["models"], ["models", "--json"], ["policies"], ["policies", "--json"]])
     assert "TORCH False" in done.stderr
     assert "hermes" in done.stdout and "llava-hf/llava-onevision-qwen2-0.5b-ov-hf" in done.stdout
 
 
 def test_bench_option_errors_come_before_torch_is_imported():
     """A mistyped `hermes bench` option is refused at once: nothing heavy is imported first."""
-    code = ("import sys; from hermes_cli.cli.main import app\n"
-            "for args in (['--frames', 'abc'], ['--policies', 'hermes,lru'], ['--budget', '0'],\n"
-            "             ['--policy-opt-typo'], ['--arch', 'llava-onevision-0.5b']):\n"
-            "    try: app(['bench', *args], standalone_mode=False)\n"
-            "    except BaseException as exc: print(type(exc).__name__, exc, file=sys.stderr)\n"
-            "print('TORCH', 'torch' in sys.modules, file=sys.stderr)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env(), cwd=ROOT)
-    assert done.returncode == 0, done.stderr
+    bad = [["--frames", "abc"], ["--policies", "hermes,lru"], ["--budget", "0"], ["--policy-opt-typo"],
+           ["--arch", "llava-onevision-0.5b"]]
+    done = cli_in_fresh_python([["bench", *args] for args in bad], catch="BaseException")
     assert "TORCH False" in done.stderr, done.stderr
     for needle in ("--frames expects a number", "unknown policy 'lru'", "--budget must be a positive",
                    "No such option", "add --random-weights"):
