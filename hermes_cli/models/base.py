@@ -274,8 +274,6 @@ class ModelAdapter(ABC):
         text = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
         bounds = torch.tensor([0, *sizes]).cumsum(0).tolist()
         total = cached_keys[0].shape[2]  # the cache's length, the same in every layer
-        sees = torch.cat([torch.ones(n, total, dtype=torch.bool), text[:, None] == text[None, :]], dim=1)
-        sees = sees[None, None]  # (1, 1, n, N + n): each text sees the cache and its own keys
         embeds = embeds.to(self.dtype)
         cos, sin = self.text_model.rotary_emb(embeds, self.position_ids(positions))
         cos, sin = cos.unsqueeze(1).float(), sin.unsqueeze(1).float()
@@ -295,17 +293,19 @@ class ModelAdapter(ABC):
             q = q * c + rotate_half(q) * s  # (1, H, n, D)
             own = own * c + rotate_half(own) * s  # (1, KV, n, D)
             cached = cached_keys[index].to(q.device, torch.float32)  # (1, KV, N, D)
-            keys = torch.cat([cached, own], dim=2)
-            mask = sees.to(q.device)
-            if reduce:
+            if reduce:  # per text: its rows over the cache and its own keys, nothing to mask
                 out.append(torch.stack([
-                    attention.row_attention(q[:, :, a:b], keys, mask[..., a:b, :], attn.scaling, (0, total))
+                    attention.row_attention(q[:, :, a:b], torch.cat([cached, own[:, :, a:b]], dim=2), None,
+                                            attn.scaling, (0, total))
                     for a, b in itertools.pairwise(bounds)
                 ]))
                 continue
+            keys = torch.cat([cached, own], dim=2)
+            # (1, 1, n, N + n): each text sees the cache and its own keys
+            sees = torch.cat([torch.ones(n, total, dtype=torch.bool), text[:, None] == text[None, :]], dim=1)
             kv, heads = keys.shape[1], q.shape[1]
             scores = (q.reshape(1, kv, -1, q.shape[-1]) @ keys.transpose(-1, -2)).view(1, heads, n, -1) * attn.scaling
-            out.append(torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1))
+            out.append(torch.softmax(scores.masked_fill(~sees.to(q.device)[None, None], float("-inf")), dim=-1))
         return out
 
     @torch.no_grad()
