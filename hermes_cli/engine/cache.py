@@ -441,3 +441,82 @@ class StreamingCache(Cache):
             layer.length = length
             layer.meta = TokenMeta(*(held[k].to(keys.device) for k in ("kind", "token_id", "frame", "patch", "positions")))
         self.next_id = int(next_id)
+
+
+class BatchLayer(DynamicLayer):
+    """One decoder layer of a ``BatchView``: the rows' keys and values copied once into a padded
+    (B, H, capacity, D) buffer; each step writes row b's new key after its own length, in the
+    buffer and in the row's own ``StreamLayer`` (so that stream's cache stays complete)."""
+
+    def __init__(self, rows: list[StreamLayer], lengths: list[int], reserve: int) -> None:
+        super().__init__()
+        self.rows = rows
+        self.lengths = lengths  # shared with the view: each row's length before the current step
+        first = rows[0]
+        held = max(lengths)
+        b, (_, h, _, d), dv = len(rows), first.keys.shape, first.values.shape[-1]
+        self.keys = first.keys.new_zeros((b, h, held + reserve, d))
+        self.values = first.values.new_zeros((b, h, held + reserve, dv))
+        for i, (row, n) in enumerate(zip(rows, lengths, strict=True)):
+            self.keys[i, :, :n] = row.keys[0, :, :n]
+            self.values[i, :, :n] = row.values[0, :, :n]
+        self.device = first.keys.device
+        self.is_initialized = True
+        self._rows = torch.arange(b, device=self.device)
+
+    def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs) -> tuple[Tensor, Tensor]:
+        if key_states.shape[-2] != 1:
+            raise ValueError("a batch view decodes one token per row and step")
+        at = torch.tensor(self.lengths, device=self.device)
+        end = int(at.max()) + 1
+        if end > self.keys.shape[-2]:
+            for name in ("keys", "values"):
+                old = getattr(self, name)
+                grown = old.new_zeros((*old.shape[:2], 2 * old.shape[-2], old.shape[-1]))
+                grown[:, :, : old.shape[-2]] = old
+                setattr(self, name, grown)
+        self.keys[self._rows, :, at] = key_states[:, :, 0]
+        self.values[self._rows, :, at] = value_states[:, :, 0]
+        for i, row in enumerate(self.rows):
+            row.update(key_states[i : i + 1], value_states[i : i + 1])
+        return self.keys[:, :, :end], self.values[:, :, :end]
+
+    def get_seq_length(self) -> int:
+        return max(self.lengths)
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return max(self.lengths) + query_length, 0
+
+    def crop(self, tokens_to_remove: int) -> None:
+        raise NotImplementedError("a batch view only grows; roll back each stream's own cache")
+
+
+class BatchView(Cache):
+    """The caches of B streams, each with an answer open, presented as one padded batch.
+
+    Built once for a set of rows (copying what each holds, right-padded to the longest) and kept
+    while the set is unchanged; ``step_mask`` masks each row's padding for the next one-token
+    step, ``advance`` moves every row on by the token the step appended. The streams' own caches
+    are appended too (``BatchLayer.update``), so each can be rolled back, captured or decoded
+    alone at any step; the view is dropped when a row joins or leaves.
+    """
+
+    def __init__(self, caches: list[StreamingCache], reserve: int = 64) -> None:
+        if len({c.num_layers for c in caches}) != 1:
+            raise ValueError("a batch needs caches of one model")
+        self.caches = caches
+        self.lengths = [c.length for c in caches]
+        layers = [BatchLayer([c.stream_layers[l] for c in caches], self.lengths, reserve)
+                  for l in range(caches[0].num_layers)]
+        super().__init__(layers=layers)
+
+    def step_mask(self) -> Tensor:
+        """(B, 1, 1, longest + 1) boolean: row b sees its own tokens and the one it appends now."""
+        device = self.layers[0].device
+        width = max(self.lengths) + 1
+        at = torch.tensor(self.lengths, device=device)
+        return (torch.arange(width, device=device)[None, :] <= at[:, None])[:, None, None, :]
+
+    def advance(self) -> None:
+        for i in range(len(self.lengths)):
+            self.lengths[i] += 1

@@ -4,13 +4,12 @@
 cache after each chunk (``compression``); positions belong to a ``PositionTracker``; ``ask``
 answers from the cache as it is (``decoding``) and leaves it exactly as it was.
 
-A session is driven by one thread at a time (see ``Session``); ``worker.SessionWorker`` is the way
-to use one from several threads.
+A session is one stream's state, driven by one thread: the engine's (``core.Engine``), the one
+way to use sessions from several threads and to host many on one model.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator, Sequence
 
@@ -24,7 +23,7 @@ from .cache import KIND_PREFIX, KIND_VIDEO, StreamingCache
 from .compression import Signals, compress, prefill_with_pseudo_queries, pseudo_query_attention
 from .config import SessionConfig
 from .conversation import ConversationMemory
-from .decoding import greedy_answer
+from .decoding import AnswerDecode
 from .positions import PositionLimitError, PositionTracker
 from .prefill import prefill
 from .readouts import memory_stats
@@ -32,12 +31,65 @@ from .records import Answer, CacheStats, ChunkReport, PositionStats, SessionStat
 
 NO_FRAMES_ANSWER = "I have not seen any frames yet — ask again once the stream has started."
 
-__all__ = ["Answer", "AnswerOpenError", "AnswerStream", "ChunkReport", "PositionLimitError", "Session",
-           "SessionConfig"]
+__all__ = [
+    "Answer",
+    "AnswerOpenError",
+    "AnswerStream",
+    "ChunkReport",
+    "OpenAnswer",
+    "PositionLimitError",
+    "Session",
+    "SessionConfig",
+]
 
 
 class AnswerOpenError(RuntimeError):
     """Frames were offered while an answer's tokens are in the cache (finish or close it first)."""
+
+
+class OpenAnswer:
+    """An answer whose tokens are in its stream's cache until ``close()``: ``start()`` prefills the
+    question and takes the first token, ``step()`` one more (both return the new text); ``decode``
+    is None for the fixed reply to a question before any frame."""
+
+    def __init__(self, session: Session, answer: Answer, decode: AnswerDecode | None, *, own_history: bool) -> None:
+        self.session, self.answer, self.decode, self.own_history = session, answer, decode, own_history
+        self.closed = False
+
+    @property
+    def done(self) -> bool:
+        return self.decode is None or self.decode.done
+
+    @property
+    def completed(self) -> bool:
+        """Ended by itself (not cut short): it enters the history."""
+        return self.decode is None or self.decode.completed
+
+    def start(self) -> str:
+        return self.answer.text if self.decode is None else self.decode.start()
+
+    def step(self) -> str:
+        assert self.decode is not None
+        return self.decode.step()
+
+    def close(self) -> None:
+        """End it (mid-way too): the cache is exactly as before the question."""
+        if not self.closed:
+            self.closed = True
+            self.session._close_answer(self)
+
+
+def _pieces(opened: OpenAnswer) -> Iterator[str]:
+    try:
+        piece = opened.start()
+        if piece:
+            yield piece
+        while not opened.done:
+            piece = opened.step()
+            if piece:
+                yield piece
+    finally:
+        opened.close()
 
 
 class AnswerStream:
@@ -60,12 +112,12 @@ class AnswerStream:
 class Session:
     """One stream through one model under one memory policy.
 
-    Single-threaded by contract: one thread drives it (``SessionWorker`` is the concurrent entry
-    point). ``lock`` only makes each call atomic, so misuse cannot corrupt the memory; it is
-    never held while an answer waits for its consumer. While an answer is open (``ask`` was
-    called and its stream is neither exhausted nor closed) its tokens are in the cache, and
-    ``ingest`` and ``flush`` raise ``AnswerOpenError`` instead of queuing frames that the answer's
-    rollback would drop. ``last_answer`` and ``history`` are written only inside calls.
+    This is a stream's whole state — cache, positions, policy and its parameters, conversation,
+    counters, frames waiting for the next chunk — and the unit that snapshots save and restore.
+    It has no lock: exactly one thread drives it, the engine's (``engine.core.Engine``), which
+    hosts many sessions on one model. While an answer is open (``open_answer`` was called and the
+    answer is not closed) its tokens are in the cache, and ``ingest`` and ``flush`` raise
+    ``AnswerOpenError`` instead of queuing frames that the answer's rollback would drop.
     """
 
     def __init__(self, adapter: ModelAdapter, policy: Policy | None = None, config: SessionConfig | None = None):
@@ -77,7 +129,6 @@ class Session:
                 f"{adapter.family} groups {adapter.frames_per_unit} frames per temporal patch: "
                 f"--chunk must be a multiple of {adapter.frames_per_unit}"
             )
-        self.lock = threading.RLock()
         self.cache = StreamingCache(adapter.num_layers)
         self.positions = PositionTracker(adapter, self.cache, self.config.fps, self.config.reindex,
                                          self.config.reindex_margin, self.config.reindex_spacing)
@@ -116,13 +167,12 @@ class Session:
         Raises ``AnswerOpenError`` (queuing nothing) while an answer is open.
         """
         reports = []
-        with self.lock:
-            self._refuse_while_answering()
-            for frame, ts in zip(frames, timestamps, strict=True):
-                self._pending.append((np.asarray(frame), float(ts)))
-                if len(self._pending) >= self.config.chunk_frames:
-                    reports.append(self._ingest_chunk(self._pending))
-                    self._pending = []
+        self._refuse_while_answering()
+        for frame, ts in zip(frames, timestamps, strict=True):
+            self._pending.append((np.asarray(frame), float(ts)))
+            if len(self._pending) >= self.config.chunk_frames:
+                reports.append(self._ingest_chunk(self._pending))
+                self._pending = []
         return reports
 
     @property
@@ -142,51 +192,49 @@ class Session:
 
         Raises ``AnswerOpenError`` while an answer is open.
         """
-        with self.lock:
-            self._refuse_while_answering()
-            if not self._pending:
-                return None
-            pending, self._pending = self._pending, []
-            real = len(pending)
-            per = self.adapter.frames_per_unit
-            while len(pending) % per:
-                pending.append(pending[-1])
-            return self._ingest_chunk(pending, real)
+        self._refuse_while_answering()
+        if not self._pending:
+            return None
+        pending, self._pending = self._pending, []
+        real = len(pending)
+        per = self.adapter.frames_per_unit
+        while len(pending) % per:
+            pending.append(pending[-1])
+        return self._ingest_chunk(pending, real)
 
     def _ingest_chunk(self, items: list[tuple[np.ndarray, float]], real: int | None = None) -> ChunkReport:
         """Encode, prefill and (if over budget) compress one chunk; ``real`` frames were not padding."""
         frames = np.stack([f for f, _ in items])
         times = [t for _, t in items]
-        with self.lock:
-            t0 = time.perf_counter()
-            chunk = self.adapter.encode(frames, self.units_seen, times)
-            encode_ms = (time.perf_counter() - t0) * 1e3
-            where = self.positions.for_chunk(chunk, self.units_seen, bounded=self.budget is not None)
-            texts, layers = self._folding_plan(chunk.embeds.shape[1])
-            attention = None
-            if texts:  # this chunk will trigger a compression: its pseudo-queries ride in its prefill
-                start = max(self.positions.next(), int(where.max()) + 1)
-                attention = prefill_with_pseudo_queries(self.adapter, self.cache, chunk, where, texts, start, layers)
-            else:
-                prefill(self.adapter, self.cache, chunk.embeds, where, KIND_VIDEO, chunk)
-            prefill_ms = (time.perf_counter() - t0) * 1e3
-            if self._tokens_per_unit is None:
-                self._tokens_per_unit = max(1, chunk.embeds.shape[1] // max(chunk.units, 1))
-                self._check_chunk_fits(chunk.embeds.shape[1])
-            self.unit_times.extend(times[:: self.adapter.frames_per_unit][: chunk.units])
-            self.units_seen += chunk.units
-            self.frames_seen += len(items) if real is None else real
-            self.stream_time_s = max(self.stream_time_s, times[-1])
-            t1 = time.perf_counter()
-            compressed, pseudo_query_ms = self._compress_if_needed(attention)
-            reindexed = compressed and self.config.reindex == "eager"
-            if reindexed:
-                self.positions.reindex(self.units_seen)
-            compress_ms = (time.perf_counter() - t1) * 1e3
-            self.last_chunk = ChunkReport(real or len(items), chunk.embeds.shape[1], prefill_ms, compress_ms,
-                                          compressed, reindexed, encode_ms=encode_ms,
-                                          pseudo_query_ms=pseudo_query_ms, folded=bool(texts))
-            return self.last_chunk
+        t0 = time.perf_counter()
+        chunk = self.adapter.encode(frames, self.units_seen, times)
+        encode_ms = (time.perf_counter() - t0) * 1e3
+        where = self.positions.for_chunk(chunk, self.units_seen, bounded=self.budget is not None)
+        texts, layers = self._folding_plan(chunk.embeds.shape[1])
+        attention = None
+        if texts:  # this chunk will trigger a compression: its pseudo-queries ride in its prefill
+            start = max(self.positions.next(), int(where.max()) + 1)
+            attention = prefill_with_pseudo_queries(self.adapter, self.cache, chunk, where, texts, start, layers)
+        else:
+            prefill(self.adapter, self.cache, chunk.embeds, where, KIND_VIDEO, chunk)
+        prefill_ms = (time.perf_counter() - t0) * 1e3
+        if self._tokens_per_unit is None:
+            self._tokens_per_unit = max(1, chunk.embeds.shape[1] // max(chunk.units, 1))
+            self._check_chunk_fits(chunk.embeds.shape[1])
+        self.unit_times.extend(times[:: self.adapter.frames_per_unit][: chunk.units])
+        self.units_seen += chunk.units
+        self.frames_seen += len(items) if real is None else real
+        self.stream_time_s = max(self.stream_time_s, times[-1])
+        t1 = time.perf_counter()
+        compressed, pseudo_query_ms = self._compress_if_needed(attention)
+        reindexed = compressed and self.config.reindex == "eager"
+        if reindexed:
+            self.positions.reindex(self.units_seen)
+        compress_ms = (time.perf_counter() - t1) * 1e3
+        self.last_chunk = ChunkReport(real or len(items), chunk.embeds.shape[1], prefill_ms, compress_ms,
+                                      compressed, reindexed, encode_ms=encode_ms,
+                                      pseudo_query_ms=pseudo_query_ms, folded=bool(texts))
+        return self.last_chunk
 
     def _check_chunk_fits(self, tokens: int) -> None:
         target = self.policy.target(self.config.budget, self._tokens_per_unit or 1)
@@ -252,52 +300,52 @@ class Session:
         """The answer, streamed piece by piece; afterwards the cache is exactly as before the question.
 
         The question is answered from the memory as it is: it is never used for compression.
-        Decoding happens inside each step of the iteration, under the lock; between pieces the
-        lock is free and the answer is *open* (see the class). Exhausting or closing the stream
-        closes the answer; only a completed answer enters the history.
+        Decoding happens inside each step of the iteration; between pieces the answer is *open*
+        (see the class). Exhausting or closing the stream closes the answer; only a completed
+        answer enters the history.
         """
-        answer = Answer(question=question)
-        return AnswerStream(answer, self._answer(answer, max_new_tokens or self.config.max_new_tokens, record_logits))
+        opened = self.open_answer(question, max_new_tokens=max_new_tokens, record_logits=record_logits)
+        return AnswerStream(opened.answer, _pieces(opened))
 
-    def _answer(self, answer: Answer, max_new_tokens: int, record_logits: bool) -> Iterator[str]:
-        with self.lock:
-            if self._open_answer is not None:
-                raise AnswerOpenError(f"an answer to {self._open_answer.question!r} is still open")
-            self.last_answer = answer
-            answer.stream_time_s, answer.frames_seen = self.stream_time_s, self.frames_seen
-            if self.units_seen == 0:
-                answer.text, answer.no_frames = NO_FRAMES_ANSWER, True
-            else:
-                prompt, setup, keep = self._question_prompt(answer)
-                pieces = greedy_answer(
-                    self.adapter, self.cache, self.positions, prompt, answer,
-                    max_new_tokens=max_new_tokens, repetition_penalty=self.config.repetition_penalty,
-                    penalise_prompt=self.config.penalise_prompt, record_logits=record_logits,
-                    setup=setup, keep=keep,
-                )
-                self._open_answer = answer
-        if answer.no_frames:
-            yield answer.text
-            return
-        done = False
-        try:
-            while True:
-                with self.lock:  # one decoding step; never held across the yield below
-                    piece = next(pieces, None)
-                if piece is None:
-                    break
-                yield piece
-            done = True
-        finally:
-            with self.lock:
-                pieces.close()  # rolls the cache back (already done when exhausted)
+    def open_answer(self, question: str, *, max_new_tokens: int | None = None, record_logits: bool = False,
+                    history: Sequence[tuple[str, str]] | None = None) -> OpenAnswer:
+        """An answer to decode step by step (``OpenAnswer``: the engine's unit of decoding work).
+
+        ``history``: the earlier turns to answer with instead of this stream's own (a client that
+        keeps the conversation itself, e.g. an HTTP request's messages); such an answer does not
+        enter the stream's history. Raises ``AnswerOpenError`` while another answer is open.
+        """
+        if self._open_answer is not None:
+            raise AnswerOpenError(f"an answer to {self._open_answer.question!r} is still open")
+        answer = Answer(question=question)
+        answer.stream_time_s, answer.frames_seen = self.stream_time_s, self.frames_seen
+        self.last_answer = answer
+        if self.units_seen == 0:
+            answer.text, answer.no_frames = NO_FRAMES_ANSWER, True
+            return OpenAnswer(self, answer, None, own_history=history is None)
+        turns = list(self.history) if history is None else [(q, a) for q, a in history]
+        prompt, setup, keep = self._question_prompt(answer, turns, capture=history is None)
+        decode = AnswerDecode(
+            self.adapter, self.cache, self.positions, prompt, answer,
+            max_new_tokens=max_new_tokens or self.config.max_new_tokens,
+            repetition_penalty=self.config.repetition_penalty, penalise_prompt=self.config.penalise_prompt,
+            record_logits=record_logits, setup=setup, keep=keep,
+        )
+        self._open_answer = answer
+        return OpenAnswer(self, answer, decode, own_history=history is None)
+
+    def _close_answer(self, opened: OpenAnswer) -> None:
+        if opened.decode is not None:
+            try:
+                opened.decode.close()  # rolls the cache back
+            finally:
                 self._open_answer = None
-                if done and (self.config.history or self.config.pseudo_query_history):
-                    self.history.append((answer.question, answer.text))
+        if opened.completed and opened.own_history and (self.config.history or self.config.pseudo_query_history):
+            self.history.append((opened.answer.question, opened.answer.text))
 
     # -- snapshots (see engine/snapshot.py) ------------------------------------------------------
     def stream_state(self) -> dict:
-        """The stream's counters, conversation and queued frames (copies; call under ``lock``).
+        """The stream's counters, conversation and queued frames (copies).
 
         Frames of a chunk already prefilled are never reported as queued, even in the moment
         between the prefill and ``ingest`` emptying its queue (another thread may save then).
@@ -313,7 +361,7 @@ class Session:
         }
 
     def restore_stream_state(self, state: dict) -> None:
-        """Take back a ``stream_state()`` (call under ``lock``, with the cache and positions restored)."""
+        """Take back a ``stream_state()`` (with the cache and positions restored)."""
         self.frames_seen, self.units_seen = int(state["frames_seen"]), int(state["units_seen"])
         self.unit_times = [float(t) for t in state["unit_times"]]
         self.stream_time_s, self.compressions = float(state["stream_time_s"]), int(state["compressions"])
@@ -322,11 +370,12 @@ class Session:
         self.warnings = list(state["warnings"])
         self._pending = [(np.asarray(f), float(t)) for f, t in state["pending"]]
 
-    def _question_prompt(self, answer: Answer):
-        """(prompt ids, setup, keep) for ``greedy_answer``: earlier turns within ``history_tokens``,
-        newest first — as kept keys and values when they match the history, else as text."""
+    def _question_prompt(self, answer: Answer, turns: list[tuple[str, str]], *, capture: bool = True):
+        """(prompt ids, setup, keep) for ``AnswerDecode``: earlier ``turns`` within ``history_tokens``,
+        newest first — as kept keys and values when they match the history, else as text.
+        ``capture``: the completed turn is kept as keys and values for the next question."""
         config, adapter = self.config, self.adapter
-        history = self.history if config.history else []
+        history = turns if config.history else []
         memory = self.conversation
         prompt = memory.prompt(adapter, answer.question, history, config.system_prompt) if memory else None
         if prompt is not None and memory is not None and memory.kept is not None:
@@ -340,48 +389,47 @@ class Session:
             text_history = max(0, int(prompt.shape[0]) - bare) if recent else 0
             answer.prompt_tokens, answer.context_tokens = int(prompt.shape[0]), text_history
             setup = None
-        if memory is None:
+        if memory is None or not capture:
             return prompt, setup, None
-        reused, turns = setup is not None, len(self.history) + 1
+        reused, count = setup is not None, len(self.history) + 1
 
         def keep(mark):
             memory.capture(self.cache, mark, reused=reused, prompt_tokens=int(prompt.shape[0]),
-                           answer_tokens=answer.tokens, turn=(answer.question, answer.text), turns=turns,
+                           answer_tokens=answer.tokens, turn=(answer.question, answer.text), turns=count,
                            text_history=text_history, rotary=adapter.rotary)
 
         return prompt, setup, keep
 
     # -- readouts -----------------------------------------------------------------------------
     def stats(self) -> SessionStats:
-        """What the readouts and ``--json`` report (a consistent snapshot: taken under the lock)."""
-        with self.lock:
-            cache = self.cache
-            return SessionStats(
-                stream_time_s=self.stream_time_s,
-                frames_seen=self.frames_seen,
-                units_seen=self.units_seen,
-                units_kept=len(set().union(*self.held_units())),
-                cache=CacheStats(
-                    tokens_per_layer=[l.length for l in cache.stream_layers],
-                    video_tokens_per_layer=cache.count(KIND_VIDEO),
-                    stream_tokens_per_layer=cache.stream_counts(),
-                    prefix_tokens=cache.prefix_length(),
-                    budget=self.budget,
-                    kv_bytes=cache.kv_bytes(),
-                    compressions=self.compressions,
-                ),
-                positions=PositionStats(
-                    next=self.positions.next_per_axis(),
-                    limit=self.positions.limit,
-                    reindex=self.config.reindex,
-                    reindex_count=self.positions.reindex_count,
-                ),
-                last_chunk=self.last_chunk,
-                memory=memory_stats(self.adapter.device),
-                model=self.adapter.name,
-                random_weights=self.adapter.random_weights,
-                policy=self.policy.name,
-            )
+        """What the readouts and ``--json`` report."""
+        cache = self.cache
+        return SessionStats(
+            stream_time_s=self.stream_time_s,
+            frames_seen=self.frames_seen,
+            units_seen=self.units_seen,
+            units_kept=len(set().union(*self.held_units())),
+            cache=CacheStats(
+                tokens_per_layer=[l.length for l in cache.stream_layers],
+                video_tokens_per_layer=cache.count(KIND_VIDEO),
+                stream_tokens_per_layer=cache.stream_counts(),
+                prefix_tokens=cache.prefix_length(),
+                budget=self.budget,
+                kv_bytes=cache.kv_bytes(),
+                compressions=self.compressions,
+            ),
+            positions=PositionStats(
+                next=self.positions.next_per_axis(),
+                limit=self.positions.limit,
+                reindex=self.config.reindex,
+                reindex_count=self.positions.reindex_count,
+            ),
+            last_chunk=self.last_chunk,
+            memory=memory_stats(self.adapter.device),
+            model=self.adapter.name,
+            random_weights=self.adapter.random_weights,
+            policy=self.policy.name,
+        )
 
     def held_units(self) -> list[list[int]]:
         """Per layer, the stream units (frames or temporal patches) it still holds tokens of."""

@@ -202,6 +202,18 @@ class ModelAdapter(ABC):
             return out.last_hidden_state, out.attentions
         return self._run(embeds, positions, cache, False, attention_mask, chunk).last_hidden_state, None
 
+    @torch.no_grad()
+    def forward_rows(self, embeds: Tensor, positions: Sequence[Tensor], cache, *, attention_mask: Tensor) -> Tensor:
+        """One pass of B rows at once (a batch of streams, see ``engine.cache.BatchView``):
+        ``embeds`` (B, n, hidden), each row's session positions (n, A), the (B, 1, n, keys) mask.
+        Returns the last hidden states (B, n, hidden)."""
+        rows = [self.position_ids(p) for p in positions]  # (1, n) or (A, 1, n) each
+        position_ids = torch.cat(rows, dim=0 if rows[0].dim() == 2 else 1)
+        return self.text_model(
+            inputs_embeds=embeds.to(self.dtype), attention_mask=attention_mask, position_ids=position_ids,
+            cache=cache, use_cache=True,
+        ).last_hidden_state
+
     def _run(self, embeds: Tensor, positions: Tensor, cache, attentions: bool, attention_mask: Tensor | None,
              chunk: EncodedChunk | None = None):
         """One pass of the text model."""
