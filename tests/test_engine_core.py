@@ -239,7 +239,7 @@ def test_closing_a_stream_mid_answer_reports_it_and_spares_the_rest(tiny_qwen):
         next(iter(handle))
         a.close()
         with pytest.raises(StreamFailed, match="closed"):
-            handle.answer
+            _ = handle.answer
         assert b.answer("Still there?").tokens
         assert engine.streams() == [b.id]
 
