@@ -1,20 +1,20 @@
-"""Driving a session from a frame source, with questions due at stream times.
+"""Driving a stream of the engine from a frame source, with questions due at stream times.
 
-``run_stream`` feeds frames to the session chunk by chunk. A question due at time T is asked
-once every frame up to T has been ingested and before any later frame: pending frames of a
+``run_stream`` feeds frames to an engine stream (``engine.client``). A question due at time T is
+asked once every frame up to T is in the memory and before any later frame: pending frames of a
 partial chunk are flushed first. Questions without a time are asked at the end of the stream.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..engine.records import Answer, SessionStats
-    from ..engine.session import Session
 
 _CLOCK = re.compile(r"^(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)$")
 _SECONDS = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?$")
@@ -58,7 +58,7 @@ class AskedAnswer:
 
 
 def run_stream(
-    session: Session,
+    stream,
     frames: Iterable,
     questions: list[TimedQuestion],
     *,
@@ -66,53 +66,50 @@ def run_stream(
     on_frame: Callable[[object], None] | None = None,
     on_token: Callable[[str], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
-    prefetch: int = 0,
+    pace: bool = False,
 ) -> list[AskedAnswer]:
-    """Stream ``frames`` (objects with ``image`` and ``timestamp``) and answer ``questions``.
+    """Stream ``frames`` (objects with ``image`` and ``timestamp``) into ``stream`` (an engine
+    client) and answer ``questions``.
 
-    A source that fails (``SourceError``: a live stream that stays down past its reconnect window,
-    a damaged file) ends the stream early: the questions still owed are answered from the memory
-    so far, then the error is raised.
-
-    ``prefetch`` > 0: frames are decoded in a background thread up to that many frames ahead
-    (e.g. one chunk), so decoding the next chunk overlaps prefilling this one. Only for sources
-    whose iteration has no effect on the session (a plain frame source)."""
-    from ..sources import SourceError
-    from .prefetch import prefetched
+    Frames are read here and prefilled on the engine's thread, so reading the next chunk
+    overlaps prefilling this one (``feed``). A question due at T is answered once every frame up
+    to T is in the memory (the partial chunk flushed) and before any later frame. ``pace``: at
+    real time. A source that fails (``SourceError``) ends the stream early: the questions still
+    owed are answered from the memory so far, then the error is raised.
+    """
+    from .feed import Pacer, feed
 
     timed = sorted((q for q in questions if q.at_s is not None), key=lambda q: q.at_s or 0.0)
     at_end = [q for q in questions if q.at_s is None]
     answers: list[AskedAnswer] = []
+    stopping = threading.Event()
 
     def ask(q: TimedQuestion) -> None:
-        stream = session.ask(q.question)
-        for piece in stream:
+        handle = stream.ask(q.question, flush=True)
+        for piece in handle:
             if on_token:
                 on_token(piece)
-        result = AskedAnswer(stream.answer, q.at_s, session.stats())
+        result = AskedAnswer(handle.answer, q.at_s, stream.stats())
         answers.append(result)
         if on_answer:
             on_answer(result)
 
-    source = prefetched(frames, prefetch)
-    lost: SourceError | None = None
-    try:
-        for frame in source:
-            while timed and frame.timestamp > timed[0].at_s:
-                session.flush()
-                ask(timed.pop(0))
-            session.ingest([frame.image], [frame.timestamp])
-            if on_frame:
-                on_frame(frame)
-            if should_stop and should_stop():
-                break
-    except SourceError as error:  # a source that gives up: the memory so far still answers
-        lost = error
-    finally:
-        source.close()
-    session.flush()
+    def before(frame) -> None:
+        while timed and frame.timestamp > (timed[0].at_s or 0.0):
+            ask(timed.pop(0))
+
+    def after(frame) -> None:
+        if on_frame:
+            on_frame(frame)
+        if should_stop and should_stop():
+            stopping.set()
+
+    lost = feed(stream, frames, pacer=Pacer() if pace else None, stopping=stopping, before=before, on_frame=after,
+                end=False)
+    stream.end(None if lost is None else str(lost))
     for q in [*timed, *at_end]:
         ask(q)
+    stream.flush()
     if lost is not None:
         raise lost
     return answers

@@ -236,22 +236,29 @@ def _check_device(device: str | None) -> None:
         raise UserError("--device mps: Apple's Metal backend is not available here — drop --device or pass --device cpu")
 
 
-def new_session(adapter, settings: SessionSettings):
-    """A fresh session on a loaded model."""
-    from ..engine.session import Session
+def start_engine(adapter):
+    """The engine core on a loaded model, its thread started (stop it with ``engine.stop()``)."""
+    from ..engine.core import Engine
+
+    return Engine(adapter).start()
+
+
+def open_stream(engine, settings: SessionSettings, *, live: bool = False, name: str | None = None):
+    """A new stream on ``engine`` under ``settings``' memory and answer settings: its client."""
+    from ..engine.client import open_stream as open_on
 
     try:
-        return Session(adapter, settings.memory.make_policy(), settings.config())
+        return open_on(engine, settings.memory.make_policy(), settings.config(), live=live, name=name)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
 
 
-def build_session(settings: SessionSettings, *, quiet: bool = False):
-    """Check the settings, load the model and open a session."""
+def build_engine(settings: SessionSettings, *, quiet: bool = False):
+    """Check the settings, load the model and start the engine core on it."""
     settings.check()
     prepare_model(settings.model)  # before torch is imported: a dead hub fails in seconds
     settings.memory.make_policy()  # value ranges, before the model is loaded
-    return new_session(load_adapter(settings.model, quiet=quiet), settings)
+    return start_engine(load_adapter(settings.model, quiet=quiet))
 
 
 def open_frames(spec: str, fps: float, reconnect: str | None = None, **kwargs):
