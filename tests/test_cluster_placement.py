@@ -28,7 +28,7 @@ from hermes_cli.cluster.placement import (
     rebuild,
     stream_fits,
 )
-from hermes_cli.cluster.simulate import Workload, build, simulate
+from hermes_cli.cluster.simulate import Workload, build, rates_from_bench, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -440,12 +440,42 @@ def test_simulate_command_prints_the_summary_without_torch_or_ray():
     assert text.returncode == 0 and "lag p50" in text.stdout and "starved streams 0" in text.stdout
 
 
+def test_rates_from_bench_records(tmp_path):
+    """Sizing from the measured prefill cost: ``hermes bench --json`` step records → the rates."""
+    from hermes_cli.bench.runner import BenchRecord
+
+    def step(frames, tokens, prefill_ms, compress_ms, tpot):
+        return BenchRecord("hermes", frames, 10.0, tpot, 0, 0, 0, 0.0, 0.0, 0.0, stream_tokens=tokens,
+                           prefill_ms_total=prefill_ms, compress_ms_total=compress_ms).to_json()
+
+    records = [step(16, 3136, 2000.0, 40.0, 20.0), step(32, 6272, 1500.0, 30.0, 30.0), step(48, 9408, 1500.0, 30.0, 25.0),
+               {**step(16, 3136, 1.0, 0.0, 1.0), "policy": "fifo"}]
+    rates = rates_from_bench(records)
+    assert rates.policy == "hermes" and rates.frames == 48 and rates.tokens_per_frame == 196
+    assert rates.prefill_tps == pytest.approx(9408 / 5.0) and rates.overhead == pytest.approx(100 / 5000)
+    assert rates.tpot_s == pytest.approx(0.025)
+    assert rates_from_bench(records, "fifo").prefill_tps == pytest.approx(3136 / 0.001)
+    with pytest.raises(PlacementError, match="no records of policy 'lru'; the file has fifo, hermes"):
+        rates_from_bench(records, "lru")
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text("".join(json.dumps(r) + "\n" for r in records))
+    done = subprocess.run([sys.executable, "-m", "hermes_cli.cluster.simulate", "--from-bench", str(bench),
+                           "--streams", "8", "--engines", "1", "--nodes", "1", "--duration", "120"],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert "measured (hermes, 48 frames): prefill 1882 tokens/s, 196 tokens/frame" in done.stdout
+    assert "engine: 1882 prefill tokens/s" in done.stdout
+
+
 @pytest.mark.parametrize("args, message", [
     (["--fps", "one"], "--fps must be numbers separated by commas"),
     (["--engines", "0"], "--engines must be at least 1"),
     (["--fail", "e9"], "--fail e9: no such engine; they are e0, e1, e2, e3"),
+    (["--ingest-share", "0"], "--ingest-share must be in (0, 1]"),
+    (["--from-bench", "no-such-file.jsonl"], "--from-bench no-such-file.jsonl: No such file or directory"),
+    (["--streams"], "expected one argument"),
 ])
 def test_simulate_command_refuses_bad_input_with_one_line(args, message):
     done = subprocess.run([sys.executable, "-m", "hermes_cli.cluster.simulate", *args],
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert done.returncode == 2 and message in done.stderr.strip().splitlines()[-1]  # after the usage line
+    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1

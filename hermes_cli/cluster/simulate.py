@@ -32,7 +32,7 @@ import random
 import sys
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from hermes_cli.cluster.placement import (
     COMPRESSION_OVERHEAD,
@@ -88,6 +88,12 @@ class Workload:
             (self.question_every_s > 0, f"--question-every must be positive, not {self.question_every_s}"),
             (0 <= self.pinned_share <= 1, f"--pinned-share must be in [0, 1], not {self.pinned_share}"),
             (self.autosave_s > 0, f"--autosave must be positive, not {self.autosave_s}"),
+            (self.tokens_per_frame >= 1, f"--tokens-per-frame must be at least 1, not {self.tokens_per_frame}"),
+            (self.slots >= 1, f"--slots must be at least 1, not {self.slots}"),
+            (0 < self.ingest_share <= 1, f"--ingest-share must be in (0, 1], not {self.ingest_share}"),
+            (self.tpot_s >= 0 and self.answer_tokens >= 0 and self.question_tokens >= 0,
+             "--tpot and --answer-tokens must be 0 or more"),
+            (self.overhead >= 0, f"the compression overhead must be 0 or more, not {self.overhead}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -389,8 +395,71 @@ def simulate(workload: Workload, assignment: dict[str, str] | None = None) -> Su
     )
 
 
+@dataclass(frozen=True)
+class MeasuredRates:
+    """An engine's rates read from ``hermes bench --json`` records of one policy."""
+
+    policy: str
+    frames: int
+    prefill_tps: float  # video tokens / (vision encoding + prefill) seconds
+    tokens_per_frame: int
+    overhead: float  # compression time / prefill time
+    tpot_s: float | None  # median time per answer token
+
+    def line(self) -> str:
+        tpot = "n/a" if self.tpot_s is None else f"{self.tpot_s * 1000:.1f} ms"
+        return (f"measured ({self.policy}, {self.frames} frames): prefill {self.prefill_tps:.0f} tokens/s, "
+                f"{self.tokens_per_frame} tokens/frame, compression overhead {self.overhead:.2%}, tpot {tpot}")
+
+
+def rates_from_bench(records: list[dict], policy: str | None = None) -> MeasuredRates:
+    """Prefill rate, tokens per frame, compression overhead and TPOT from the step records of one
+    ``hermes bench --json`` run (``policy``: default hermes if present, else the first). Each
+    record's ``prefill_ms_total`` and ``compress_ms_total`` cover the frames since the previous step."""
+    names = [r["policy"] for r in records if "policy" in r and "stream_tokens" in r]
+    if not names:
+        raise PlacementError("no `hermes bench --json` step records found (a line per policy and step)")
+    chosen = policy or ("hermes" if "hermes" in names else names[0])
+    rows = sorted((r for r in records if r.get("policy") == chosen and "stream_tokens" in r), key=lambda r: r["frames"])
+    if not rows:
+        raise PlacementError(f"no records of policy {chosen!r}; the file has {', '.join(sorted(set(names)))}")
+    prefill_ms = sum(r["prefill_ms_total"] for r in rows)
+    compress_ms = sum(r["compress_ms_total"] for r in rows)
+    tokens, frames = rows[-1]["stream_tokens"], rows[-1]["frames"]
+    if prefill_ms <= 0 or tokens <= 0 or frames <= 0:
+        raise PlacementError(f"the {chosen} records hold no prefill time or no video tokens")
+    tpots = sorted(r["tpot_ms"] for r in rows if r.get("tpot_ms"))
+    return MeasuredRates(chosen, frames, tokens / (prefill_ms / 1000), round(tokens / frames), compress_ms / prefill_ms,
+                         tpots[len(tpots) // 2] / 1000 if tpots else None)
+
+
+def read_bench(path: str, policy: str | None = None) -> MeasuredRates:
+    try:
+        with open(path) as handle:
+            lines = handle.read().splitlines()
+    except OSError as exc:
+        raise PlacementError(f"--from-bench {path}: {exc.strerror or exc}") from None
+    records = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # the summary lines around the records
+        if isinstance(record, dict):
+            records.append(record)
+    try:
+        return rates_from_bench(records, policy)
+    except PlacementError as exc:
+        raise PlacementError(f"--from-bench {path}: {exc}") from None
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, not the whole usage
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hermes_cli.cluster.simulate",
+    parser = _Parser(prog="python -m hermes_cli.cluster.simulate",
                                      description="Simulate the registry's placement against a cost model of ingest and answers.")
     d = Workload()
     parser.add_argument("--streams", type=int, default=d.streams)
@@ -398,14 +467,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=d.nodes)
     parser.add_argument("--duration", type=float, default=d.duration_s, help="stream seconds (default %(default)s)")
     parser.add_argument("--fps", default=",".join(str(f) for f in d.fps), help="each stream draws one (default %(default)s)")
-    parser.add_argument("--tokens-per-frame", type=int, default=d.tokens_per_frame)
+    parser.add_argument("--tokens-per-frame", type=int, default=None, help=f"default {d.tokens_per_frame} (LLaVA-OneVision)")
     parser.add_argument("--chunk", type=int, default=d.chunk_frames, help="frames per chunk")
-    parser.add_argument("--prefill-tps", type=float, default=d.prefill_tps, help="engine prefill tokens/s (default: an estimate)")
+    parser.add_argument("--prefill-tps", type=float, default=None,
+                        help=f"engine prefill tokens/s (default {d.prefill_tps:.0f}, an estimate for a 7B model on one GPU)")
     parser.add_argument("--slots", type=int, default=d.slots)
     parser.add_argument("--pinned-share", type=float, default=d.pinned_share, help="share of streams pinned to a node")
     parser.add_argument("--question-every", type=float, default=d.question_every_s, help="mean seconds between a stream's questions")
     parser.add_argument("--answer-tokens", type=int, default=d.answer_tokens)
-    parser.add_argument("--tpot", type=float, default=d.tpot_s, help="seconds per answer token (default: an estimate)")
+    parser.add_argument("--tpot", type=float, default=None, help=f"seconds per answer token (default {d.tpot_s}, an estimate)")
+    parser.add_argument("--from-bench", metavar="FILE", default=None,
+                        help="take prefill rate, tokens/frame, compression overhead and tpot from `hermes bench --json` output")
+    parser.add_argument("--bench-policy", default=None, help="the policy's records to read (default hermes)")
     parser.add_argument("--ingest-share", type=float, default=d.ingest_share)
     parser.add_argument("--fail", default=None, metavar="ENGINE", help="kill this engine (e.g. e3) at --fail-at")
     parser.add_argument("--fail-at", type=float, default=d.fail_at_s)
@@ -417,17 +490,32 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         parser.error(f"--fps must be numbers separated by commas, not {args.fps!r}")
     try:
+        measured = read_bench(args.from_bench, args.bench_policy) if args.from_bench else None
+        rates = {"tokens_per_frame": d.tokens_per_frame, "prefill_tps": d.prefill_tps, "tpot_s": d.tpot_s,
+                 "overhead": d.overhead}
+        if measured is not None:
+            rates.update(tokens_per_frame=measured.tokens_per_frame, prefill_tps=measured.prefill_tps,
+                         overhead=measured.overhead, tpot_s=measured.tpot_s if measured.tpot_s is not None else d.tpot_s)
+        given = {"tokens_per_frame": args.tokens_per_frame, "prefill_tps": args.prefill_tps, "tpot_s": args.tpot}
+        rates.update({k: v for k, v in given.items() if v is not None})
         workload = Workload(streams=args.streams, engines=args.engines, nodes=args.nodes, duration_s=args.duration,
-                            fps=fps, tokens_per_frame=args.tokens_per_frame, chunk_frames=args.chunk,
-                            prefill_tps=args.prefill_tps, slots=args.slots, pinned_share=args.pinned_share,
-                            question_every_s=args.question_every, answer_tokens=args.answer_tokens, tpot_s=args.tpot,
-                            ingest_share=args.ingest_share, fail_engine=args.fail, fail_at_s=args.fail_at, seed=args.seed)
+                            fps=fps, chunk_frames=args.chunk, slots=args.slots, pinned_share=args.pinned_share,
+                            question_every_s=args.question_every, answer_tokens=args.answer_tokens,
+                            ingest_share=args.ingest_share, fail_engine=args.fail, fail_at_s=args.fail_at, seed=args.seed,
+                            **rates)  # type: ignore[arg-type]
     except PlacementError as exc:
         parser.error(str(exc))
     summary = simulate(workload)
     if args.json:
-        print(json.dumps(asdict(summary)))
+        print(json.dumps({**asdict(summary), "workload": asdict(workload),
+                          "measured": None if measured is None else asdict(measured)}))
     else:
+        if measured is not None:
+            print(measured.line())
+        print(f"engine: {workload.prefill_tps:.0f} prefill tokens/s, {workload.slots} slots; streams: "
+              f"{workload.tokens_per_frame} tokens/frame, fps drawn from {', '.join(f'{f:g}' for f in workload.fps)}, "
+              f"a question every {workload.question_every_s:.0f} s, {workload.answer_tokens} answer tokens at "
+              f"{workload.tpot_s * 1000:.0f} ms")
         print("\n".join(summary.lines()))
     return 0
 
