@@ -1,20 +1,22 @@
 """The registry's stream → engine table as pure Python (no torch, no Ray): placement, epochs,
 moves, drain and rebalance plans, failover, and the rebuild after a registry restart.
 
-A stream lives on exactly one engine. Its cost is ingest: ``fps × tokens per frame × (1 + c)``
-prefill tokens per second (c: the compression overhead). An engine offers ``slots`` streams and
-a sustained prefill rate, of which ``ingest_share`` may be claimed by ingest; the rest is kept
-for answers. ``place`` applies the rules in order:
+A stream lives on exactly one engine. Its ingest costs ``fps × tokens per frame × (1 + c)``
+prefill tokens per second (c: the compression overhead); its questions cost ``answer_load``, the
+share of an engine's time they take (questions per second × seconds per answer; 0 until known),
+counted as ``answer_load × prefill rate`` token-equivalents. An engine offers ``slots`` streams
+and a sustained prefill rate, of which ``max_busy`` may be claimed by its streams' ingest and
+expected answers; the rest absorbs bursts. ``place`` applies the rules in order:
 
 1. the engine accepts streams (not draining) and serves the stream's model;
 2. node affinity ``"required"`` (a local camera whose reader runs on that node): that node only;
 3. a free slot;
-4. spare ingest budget for the stream's demand;
+4. spare budget for the stream's cost on that engine (ingest + expected answers);
 5. node affinity ``"preferred"``: that node's engines when one of them fits;
-6. the least projected utilisation ``(load + demand) / prefill rate``; ties by stream count, id.
+6. the least projected utilisation ``(load + cost) / prefill rate``; ties by stream count, id.
 
 So a stream is refused (with the rule that failed) only when no engine fits, and no engine is
-ever placed over its ingest budget. Every placement of a stream — the first, a move, a restore
+ever placed over its budget. Every placement of a stream — the first, a move, a restore
 elsewhere after a failure — bumps that stream's ``epoch`` by one; an answer carries the epoch
 of the memory that produced it.
 """
@@ -25,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 COMPRESSION_OVERHEAD = 0.02  # c at the defaults: compression ≈ 2 % of prefill (docs/benchmarks.md)
-INGEST_SHARE = 0.8  # of an engine's prefill rate, what ingest may claim; the rest answers questions
+MAX_BUSY = 0.8  # of an engine's time, what its streams' ingest and expected answers may claim
 AFFINITIES = ("required", "preferred")
 _EPS = 1e-9
 
@@ -73,10 +75,13 @@ class Stream:
     overhead: float = COMPRESSION_OVERHEAD
     node: str | None = None
     affinity: str = "required"
+    answer_load: float = 0.0  # share of an engine its questions take: questions/s × seconds per answer
 
     def __post_init__(self) -> None:
         if not self.id:
             raise PlacementError("a stream needs an id")
+        if not 0 <= self.answer_load < 1:
+            raise PlacementError(f"stream {self.id}: answer_load must be in [0, 1), not {self.answer_load}")
         if not self.fps > 0:
             raise PlacementError(f"stream {self.id}: fps must be positive, not {self.fps}")
         if self.tokens_per_frame < 1:
@@ -91,6 +96,10 @@ class Stream:
         """Prefill tokens per second this stream costs its engine."""
         return self.fps * self.tokens_per_frame * (1.0 + self.overhead)
 
+    def cost(self, prefill_tps: float) -> float:
+        """Prefill token-equivalents per second on an engine of that rate: ingest + expected answers."""
+        return self.demand + self.answer_load * prefill_tps
+
     @property
     def pinned(self) -> bool:
         return self.node is not None and self.affinity == "required"
@@ -103,15 +112,16 @@ class EngineState:
     engine: Engine
     streams: tuple[Stream, ...] = ()
     draining: bool = False
-    ingest_share: float = INGEST_SHARE
+    max_busy: float = MAX_BUSY
 
     @property
     def load(self) -> float:
-        return sum(s.demand for s in self.streams)
+        """The streams' cost here, prefill token-equivalents per second."""
+        return sum(s.cost(self.engine.prefill_tps) for s in self.streams)
 
     @property
     def budget(self) -> float:
-        return self.engine.prefill_tps * self.ingest_share
+        return self.engine.prefill_tps * self.max_busy
 
     @property
     def spare(self) -> float:
@@ -123,11 +133,14 @@ class EngineState:
 
     @property
     def utilisation(self) -> float:
-        """Ingest load as a fraction of the whole prefill rate (≤ ``ingest_share`` when placed by the rules)."""
+        """The planned busy share: load / prefill rate (≤ ``max_busy`` when placed by the rules)."""
         return self.load / self.engine.prefill_tps
 
+    def cost_of(self, stream: Stream) -> float:
+        return stream.cost(self.engine.prefill_tps)
+
     def utilisation_with(self, stream: Stream) -> float:
-        return (self.load + stream.demand) / self.engine.prefill_tps
+        return (self.load + self.cost_of(stream)) / self.engine.prefill_tps
 
     def fits(self, stream: Stream) -> bool:
         return stream_fits(stream, self) is None
@@ -163,9 +176,9 @@ def stream_fits(stream: Stream, state: EngineState) -> str | None:
         return f"stream {stream.id} must run on node {stream.node} (its camera is there), engine {engine.id} is on {engine.node}"
     if state.free_slots < 1:
         return f"engine {engine.id} has no free slot ({engine.slots} streams)"
-    if state.spare + _EPS < stream.demand:
+    if state.spare + _EPS < state.cost_of(stream):
         return (f"engine {engine.id} has {max(state.spare, 0.0):.0f} spare prefill tokens/s, "
-                f"stream {stream.id} needs {stream.demand:.0f}")
+                f"stream {stream.id} needs {state.cost_of(stream):.0f}")
     return None
 
 
@@ -184,10 +197,10 @@ def place(stream: Stream, engines: Sequence[EngineState]) -> Decision:
     pool = [e for e in pool if e.free_slots >= 1]
     if not pool:
         return Decision(stream.id, None, "every engine that could take it is full (no free slot)")
-    roomy = [e for e in pool if e.spare + _EPS >= stream.demand]
+    roomy = [e for e in pool if e.spare + _EPS >= e.cost_of(stream)]
     if not roomy:
-        best = max(pool, key=lambda e: (e.spare, e.engine.id))
-        return Decision(stream.id, None, f"it needs {stream.demand:.0f} prefill tokens/s; the most spare ingest budget "
+        best = max(pool, key=lambda e: (e.spare - e.cost_of(stream), e.engine.id))
+        return Decision(stream.id, None, f"it needs {best.cost_of(stream):.0f} prefill tokens/s; the most spare budget "
                                          f"is {max(best.spare, 0.0):.0f} tokens/s (engine {best.engine.id}): add an engine")
     if stream.node is not None and not stream.pinned:
         local = [e for e in roomy if e.engine.node == stream.node]
@@ -199,7 +212,7 @@ def place(stream: Stream, engines: Sequence[EngineState]) -> Decision:
 def placement_order(streams: Iterable[Stream]) -> list[Stream]:
     """The order in which a batch of streams is placed: pinned first, then largest demand first
     (first-fit decreasing packs tighter), then id — deterministic."""
-    return sorted(streams, key=lambda s: (not s.pinned, -s.demand, s.id))
+    return sorted(streams, key=lambda s: (not s.pinned, -s.demand, -s.answer_load, s.id))
 
 
 @dataclass(frozen=True)
@@ -267,10 +280,10 @@ class PlacementTable:
     with the reason, and go back with ``place_pending()`` once capacity appears.
     """
 
-    def __init__(self, engines: Iterable[Engine] = (), *, ingest_share: float = INGEST_SHARE) -> None:
-        if not 0 < ingest_share <= 1:
-            raise PlacementError(f"ingest_share must be in (0, 1], not {ingest_share}")
-        self.ingest_share = ingest_share
+    def __init__(self, engines: Iterable[Engine] = (), *, max_busy: float = MAX_BUSY) -> None:
+        if not 0 < max_busy <= 1:
+            raise PlacementError(f"max_busy must be in (0, 1], not {max_busy}")
+        self.max_busy = max_busy
         self._engines: dict[str, Engine] = {}
         self._draining: set[str] = set()
         self._streams: dict[str, Stream] = {}
@@ -304,7 +317,7 @@ class PlacementTable:
         if engine_id not in self._engines:
             raise PlacementError(f"no engine {engine_id!r}; known: {', '.join(sorted(self._engines)) or 'none'}")
         held = tuple(self._streams[s] for s in sorted(self._where) if self._where[s] == engine_id)
-        return EngineState(self._engines[engine_id], held, engine_id in self._draining, self.ingest_share)
+        return EngineState(self._engines[engine_id], held, engine_id in self._draining, self.max_busy)
 
     def engine_states(self) -> list[EngineState]:
         return [self.engine_state(e) for e in sorted(self._engines)]
@@ -451,13 +464,13 @@ class PlacementTable:
             hot = max(states.values(), key=lambda s: (s.utilisation, s.engine.id))
             others = [s for s in states.values() if s.engine.id != hot.engine.id]
             chosen = None
-            for stream in sorted(hot.streams, key=lambda s: (-s.demand, s.id)):
+            for stream in sorted(hot.streams, key=lambda s: (-hot.cost_of(s), s.id)):
                 decision = place(stream, others)
                 if not decision.ok:
                     continue
                 assert decision.engine is not None
                 target = states[decision.engine]
-                after = max((hot.load - stream.demand) / hot.engine.prefill_tps, target.utilisation_with(stream))
+                after = max((hot.load - hot.cost_of(stream)) / hot.engine.prefill_tps, target.utilisation_with(stream))
                 if after < hot.utilisation - tolerance:
                     chosen = (stream, target)
                     break
@@ -499,7 +512,7 @@ class Rebuilt:
 
 
 def rebuild(reports: Iterable[EngineReport], snapshot_index: Iterable[SnapshotEntry], *,
-            ingest_share: float = INGEST_SHARE) -> Rebuilt:
+            max_busy: float = MAX_BUSY) -> Rebuilt:
     """The table from what the engines hold and what the snapshot store indexes.
 
     The newest epoch of a stream wins: an engine's copy if its epoch is at least the newest
@@ -508,7 +521,7 @@ def rebuild(reports: Iterable[EngineReport], snapshot_index: Iterable[SnapshotEn
     died) are stale. Streams only in the index, not ended, are pending at the index's epoch.
     """
     reports = list(reports)
-    table = PlacementTable((r.engine for r in reports), ingest_share=ingest_share)
+    table = PlacementTable((r.engine for r in reports), max_busy=max_busy)
     claims: dict[str, list[tuple[int, str, Stream]]] = {}
     for report in reports:
         if report.draining:

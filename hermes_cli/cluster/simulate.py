@@ -36,7 +36,7 @@ from typing import Any, NoReturn
 
 from hermes_cli.cluster.placement import (
     COMPRESSION_OVERHEAD,
-    INGEST_SHARE,
+    MAX_BUSY,
     Engine,
     NoFit,
     PlacementError,
@@ -56,18 +56,19 @@ class Workload:
     engines: int = 4
     nodes: int = 2  # engines are spread round-robin over the nodes
     duration_s: float = 1800.0
-    fps: tuple[float, ...] = (0.5, 1.0, 1.0, 2.0)  # each stream draws one at random
+    fps: tuple[float, ...] = (0.5, 1.0, 1.0, 1.5)  # each stream draws one at random (mean 1)
     tokens_per_frame: int = 196  # LLaVA-OneVision: 14 × 14 after pooling
     overhead: float = COMPRESSION_OVERHEAD
     chunk_frames: int = CHUNK_FRAMES
     prefill_tps: float = 15000.0  # (est.) a 7B model on one GPU, scale-out.md
     slots: int = 64  # streams per engine by memory (50 × 0.34 GB ≈ 17 GB beside 15 GB of weights)
     pinned_share: float = 0.25  # streams that are local cameras, pinned to their node
-    question_every_s: float = 600.0  # mean seconds between questions, per stream
+    question_every_s: float = 900.0  # mean seconds between questions, per stream
     question_tokens: int = 600  # a question's prompt prefill: template, question, earlier turns (≤ 512)
     answer_tokens: int = 64
     tpot_s: float = 0.025  # (est.) one decode step of a 7B model, unbatched
-    ingest_share: float = INGEST_SHARE
+    max_busy: float = MAX_BUSY
+    answer_aware: bool = True  # the registry counts each stream's expected answer load (False: ingest alone)
     grace_s: float = 60.0
     fail_engine: str | None = None  # e.g. "e3"
     fail_at_s: float = 930.0  # half an autosave interval after the last one: the mean loss
@@ -90,7 +91,7 @@ class Workload:
             (self.autosave_s > 0, f"--autosave must be positive, not {self.autosave_s}"),
             (self.tokens_per_frame >= 1, f"--tokens-per-frame must be at least 1, not {self.tokens_per_frame}"),
             (self.slots >= 1, f"--slots must be at least 1, not {self.slots}"),
-            (0 < self.ingest_share <= 1, f"--ingest-share must be in (0, 1], not {self.ingest_share}"),
+            (0 < self.max_busy <= 1, f"--max-busy must be in (0, 1], not {self.max_busy}"),
             (self.tpot_s >= 0 and self.answer_tokens >= 0 and self.question_tokens >= 0,
              "--tpot and --answer-tokens must be 0 or more"),
             (self.overhead >= 0, f"the compression overhead must be 0 or more, not {self.overhead}"),
@@ -108,6 +109,12 @@ class Workload:
     def question_cost_s(self) -> float:
         return self.question_tokens / self.prefill_tps + self.answer_tokens * self.tpot_s
 
+    @property
+    def answer_load(self) -> float:
+        """What the registry expects a stream's questions to take of an engine (what it would
+        measure: questions per second × seconds per answer)."""
+        return self.question_cost_s / self.question_every_s if self.answer_aware else 0.0
+
 
 def build(workload: Workload) -> tuple[list[Engine], list[Stream]]:
     """The engines and streams of ``workload``; streams drawn from its seed."""
@@ -119,7 +126,8 @@ def build(workload: Workload) -> tuple[list[Engine], list[Stream]]:
         fps = rng.choice(workload.fps)
         pinned = rng.random() < workload.pinned_share
         node = f"node-{rng.randrange(workload.nodes)}" if pinned else None
-        streams.append(Stream(f"s{i:04d}", MODEL, fps, workload.tokens_per_frame, workload.overhead, node))
+        streams.append(Stream(f"s{i:04d}", MODEL, fps, workload.tokens_per_frame, workload.overhead, node,
+                              answer_load=min(workload.answer_load, 0.99)))
     return engines, streams
 
 
@@ -152,7 +160,7 @@ class Summary:
     placed: int
     refused: int
     refusals: list[str]
-    max_planned_utilisation: float  # ingest demand placed / prefill rate, busiest engine
+    max_planned_utilisation: float  # placed cost (ingest + expected answers) / prefill rate, busiest engine
     max_engine_utilisation: float  # measured busy time / duration, busiest engine (answers included)
     chunks: int
     chunks_served: int
@@ -172,7 +180,7 @@ class Summary:
         out = [
             f"streams {self.streams} on {self.engines} engines: placed {self.placed}, refused {self.refused}",
             *(f"  refused: {r}" for r in self.refusals[:3]),
-            f"engine utilisation: planned ingest max {self.max_planned_utilisation:.1%}, "
+            f"engine utilisation: planned max {self.max_planned_utilisation:.1%}, "
             f"measured busy max {self.max_engine_utilisation:.1%} (answers included)",
             f"chunks {self.chunks}, served {self.chunks_served}; lag p50 {self.lag_p50_s:.2f} s, "
             f"p99 {self.lag_p99_s:.2f} s, max {self.lag_max_s:.2f} s",
@@ -202,7 +210,7 @@ def simulate(workload: Workload, assignment: dict[str, str] | None = None) -> Su
     """Run ``workload``. ``assignment`` (stream → engine) bypasses the registry's placement — to
     show what the rules prevent; by default every stream goes through ``PlacementTable.add_stream``."""
     engines, streams = build(workload)
-    table = PlacementTable(engines, ingest_share=workload.ingest_share)
+    table = PlacementTable(engines, max_busy=workload.max_busy)
     by_id = {s.id: s for s in streams}
     where: dict[str, str | None] = {}
     refusals: list[str] = []
@@ -217,7 +225,7 @@ def simulate(workload: Workload, assignment: dict[str, str] | None = None) -> Su
     placed = [s for s in streams if where.get(s.id)]
     planned: dict[str, float] = {e.id: 0.0 for e in engines}
     for s in placed:
-        planned[str(where[s.id])] += s.demand / workload.prefill_tps
+        planned[str(where[s.id])] += s.cost(workload.prefill_tps) / workload.prefill_tps
 
     rng = random.Random(workload.seed + 1)
     events: list[tuple[float, int, str, Any]] = []
@@ -479,7 +487,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from-bench", metavar="FILE", default=None,
                         help="take prefill rate, tokens/frame, compression overhead and tpot from `hermes bench --json` output")
     parser.add_argument("--bench-policy", default=None, help="the policy's records to read (default hermes)")
-    parser.add_argument("--ingest-share", type=float, default=d.ingest_share)
+    parser.add_argument("--max-busy", type=float, default=d.max_busy,
+                        help="share of an engine that placed ingest and expected answers may claim (default %(default)s)")
+    parser.add_argument("--ingest-only", action="store_true",
+                        help="place by ingest alone, ignoring the streams' expected answer load")
     parser.add_argument("--fail", default=None, metavar="ENGINE", help="kill this engine (e.g. e3) at --fail-at")
     parser.add_argument("--fail-at", type=float, default=d.fail_at_s)
     parser.add_argument("--seed", type=int, default=d.seed)
@@ -501,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
         workload = Workload(streams=args.streams, engines=args.engines, nodes=args.nodes, duration_s=args.duration,
                             fps=fps, chunk_frames=args.chunk, slots=args.slots, pinned_share=args.pinned_share,
                             question_every_s=args.question_every, answer_tokens=args.answer_tokens,
-                            ingest_share=args.ingest_share, fail_engine=args.fail, fail_at_s=args.fail_at, seed=args.seed,
+                            max_busy=args.max_busy, answer_aware=not args.ingest_only, fail_engine=args.fail, fail_at_s=args.fail_at, seed=args.seed,
                             **rates)  # type: ignore[arg-type]
     except PlacementError as exc:
         parser.error(str(exc))
