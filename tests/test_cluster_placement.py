@@ -177,6 +177,23 @@ def test_rebalance_lowers_the_peak_and_stops_when_balanced():
     assert table.plan_rebalance().moves == ()
 
 
+def test_a_stream_grown_past_the_budget_is_moved_off_by_rebalance():
+    table = PlacementTable([engine("e0"), engine("e1")])
+    for i in range(4):
+        table.add_stream(stream(f"s{i}"))  # 100 tokens/s each, two per engine
+    grown = Stream("s0", "m", 1.0, 100, 0.0, answer_load=0.65)  # its questions now take 65 % of an engine
+    on = table.engine_of("s0")
+    assert table.update_stream(grown) is True and table.utilisation()[on] == pytest.approx(0.85)
+    assert table.epoch("s0") == 1
+    plan = table.plan_rebalance(tolerance=0.5)  # over budget: any lowering counts
+    assert [m.source for m in plan.moves] == [on]
+    for move in plan.moves:
+        table.apply(move)
+    assert_within_capacity(table)
+    with pytest.raises(PlacementError, match="a new model or node is a new stream"):
+        table.update_stream(stream("s1", node="n1"))
+
+
 def test_failover_moves_what_fits_and_reports_the_rest_as_pending():
     table = PlacementTable([engine("e0", slots=3), engine("e1", slots=3), engine("e2", node="n1", slots=3)])
     for i in range(6):

@@ -392,6 +392,20 @@ class PlacementTable:
         self._epochs[stream.id] = 1
         return Move(stream.id, None, decision.engine, 1)
 
+    def update_stream(self, stream: Stream) -> bool:
+        """Replace a stream's measured figures (fps, tokens per frame, ``answer_load``) where it is;
+        its model and node constraint stay. Returns True when its engine is now over budget —
+        ``plan_rebalance`` then moves streams off it first."""
+        held = self._streams[self._known(stream.id)]
+        if (stream.model, stream.node, stream.affinity) != (held.model, held.node, held.affinity):
+            raise PlacementError(f"stream {stream.id}: a new model or node is a new stream (remove it and add it)")
+        self._streams[stream.id] = stream
+        engine = self._where[stream.id]
+        if engine is None:
+            return False
+        state = self.engine_state(engine)
+        return state.load > state.budget + _EPS
+
     def remove_stream(self, stream_id: str) -> None:
         self._known(stream_id)
         for table in (self._streams, self._where, self._epochs, self._pending):
@@ -455,14 +469,16 @@ class PlacementTable:
 
     def plan_rebalance(self, tolerance: float = 0.05, max_moves: int | None = None) -> Plan:
         """Moves that lower the peak utilisation: repeatedly take a stream off the busiest engine
-        to where ``place`` puts it, when that lowers the pair's peak by more than ``tolerance``.
-        Each move lowers the sorted utilisations lexicographically, so the plan is finite."""
+        to where ``place`` puts it, when that lowers the pair's peak by more than ``tolerance``
+        (by anything while that engine is over its budget, e.g. after ``update_stream``). Each
+        move lowers the sorted utilisations lexicographically, so the plan is finite."""
         states = {s.engine.id: s for s in self.engine_states() if not s.draining}
         limit = len(self._streams) if max_moves is None else max_moves
         moves: list[Move] = []
         while len(moves) < limit and len(states) > 1:
             hot = max(states.values(), key=lambda s: (s.utilisation, s.engine.id))
             others = [s for s in states.values() if s.engine.id != hot.engine.id]
+            margin = 0.0 if hot.load > hot.budget + _EPS else tolerance
             chosen = None
             for stream in sorted(hot.streams, key=lambda s: (-hot.cost_of(s), s.id)):
                 decision = place(stream, others)
@@ -471,7 +487,7 @@ class PlacementTable:
                 assert decision.engine is not None
                 target = states[decision.engine]
                 after = max((hot.load - hot.cost_of(stream)) / hot.engine.prefill_tps, target.utilisation_with(stream))
-                if after < hot.utilisation - tolerance:
+                if after < hot.utilisation - margin - _EPS:
                     chosen = (stream, target)
                     break
             if chosen is None:

@@ -209,6 +209,8 @@ def percentile(values: list[float], q: float) -> float:
 def simulate(workload: Workload, assignment: dict[str, str] | None = None) -> Summary:
     """Run ``workload``. ``assignment`` (stream → engine) bypasses the registry's placement — to
     show what the rules prevent; by default every stream goes through ``PlacementTable.add_stream``."""
+    if assignment is not None and workload.fail_engine is not None:
+        raise PlacementError("a forced assignment has no registry to fail over with: drop fail_engine")
     engines, streams = build(workload)
     table = PlacementTable(engines, max_busy=workload.max_busy)
     by_id = {s.id: s for s in streams}
