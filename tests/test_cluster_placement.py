@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -517,3 +518,34 @@ def test_simulate_command_refuses_bad_input_with_one_line(args, message):
     done = subprocess.run([sys.executable, "-m", "hermes_cli.cluster.simulate", *args],
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_docs_cite_the_simulation_as_it_runs(capsys):
+    """docs/cluster.md's summary and tables are this command's output, not figures typed in."""
+    from hermes_cli.cluster.simulate import main
+
+    doc = (ROOT / "docs" / "cluster.md").read_text()
+
+    def run(args: list[str]) -> dict:
+        assert main([*args, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    assert main(["--streams", "200", "--engines", "4"]) == 0
+    assert capsys.readouterr().out.strip() in doc
+    rows = re.findall(r"^\| `(--streams [^`]*)`[^|]*\| (\d+) / (\d+) \| ([\d.]+)% \| ([\d.]+)% \| "
+                      r"([\d.]+) / ([\d.]+) / ([\d.]+) \| (\d+) \|", doc, re.M)
+    assert len(rows) >= 8
+    for options, *cited in rows:
+        out = run(options.split())
+        assert cited == [str(out["placed"]), str(out["refused"]), f"{out['max_planned_utilisation']:.1%}"[:-1],
+                         f"{out['max_engine_utilisation']:.1%}"[:-1], f"{out['lag_p50_s']:.2f}", f"{out['lag_p99_s']:.2f}",
+                         f"{out['lag_max_s']:.2f}", str(out["starved"])], options
+    failovers = re.findall(r"^\| `(--streams [^`]*--fail [^`]*)` \| (\d+) \| (\d+) / (\d+)[^|]*\| ([\d.]+) s \| (\d+) \| "
+                           r"(\d+) \| ([\d.]+) s \| (\d+) \|", doc, re.M)
+    assert len(failovers) == 2
+    for options, *cited in failovers:
+        out = run(options.split())
+        f = out["failover"]
+        assert cited == [str(f["orphans"]), str(f["moved"]), str(f["unplaced"]), f"{f['restored_s']:.1f}",
+                         str(f["reingested_chunks"]), str(f["gap_chunks"]), f"{f['caught_up_s']:.1f}",
+                         str(out["refused_questions"])], options
