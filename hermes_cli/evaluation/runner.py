@@ -580,10 +580,10 @@ def summarize(records: list[dict], *, selected: int | None = None) -> dict:
                 "model": judged[0]["judge"].get("model"),
             }
         summary["open_ended"] = block
-    for name, scored in (("forward", forward.summarize_forward(records)), ("proactive", forward.summarize_proactive(records))):
-        if scored is not None:
-            summary[name] = scored
-            summary["questions"][name] = scored["n"]
+    for name, extra in (("forward", forward.summarize_forward(records)), ("proactive", forward.summarize_proactive(records))):
+        if extra is not None:
+            summary[name] = extra
+            summary["questions"][name] = extra["n"]
     ttft = [r["ttft_ms"] for r in records if r.get("ttft_ms") is not None]
     tpot = [r["tpot_ms"] for r in records if r.get("tpot_ms") is not None]
     summary["timing"] = {
