@@ -134,6 +134,7 @@ def test_mini_run_scores_each_probe_from_the_streaming_memory(mini, tmp_path):
                     "--policy", "fifo", "--budget", "40", "--max-new-tokens", "3", "-o", str(out))
     assert result.exit_code == 0, result.output
     assert "forward active responding" in result.output and 'always "Yes" %' in result.output
+    assert "p(yes) ≥ 0.5 %" in result.output
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(records) == 8 and {r["kind"] for r in records} == {"forward"}
     times = {name: [f.timestamp for f in open_source(str(videos / name), 1.0)] for name in ("steps.mp4", "count.mp4")}
@@ -143,6 +144,10 @@ def test_mini_run_scores_each_probe_from_the_streaming_memory(mini, tmp_path):
         seen = [t for t in times[Path(r["video_path"]).name] if t <= r["end_time_s"]]
         assert r["frames_seen"] == len(seen)  # asked of the memory at exactly its probe time
         assert r["answer_tokens"] <= 3
+        if r["task"] == "REC":
+            assert "p_yes" not in r
+        else:  # the --notify probe of the same question at the same moment
+            assert 0.0 <= r["p_yes"] <= 1.0
     summary = json.loads((tmp_path / "forward.summary.json").read_text())
     fw = summary["forward"]
     assert fw["n"] == 8 and set(fw["per_task"]) == {"REC", "SSR", "CRR"}
@@ -150,6 +155,10 @@ def test_mini_run_scores_each_probe_from_the_streaming_memory(mini, tmp_path):
     assert fw["per_task"]["CRR"]["yes_baseline"] == pytest.approx(100 * 2 / 3, abs=0.01)
     assert fw["per_task"]["REC"]["yes_baseline"] == 0.0
     assert fw["correct"] == sum(r["correct"] for r in records)
+    ssr = [r for r in records if r["task"] == "SSR"]
+    assert fw["per_task"]["SSR"]["probe_accuracy"] == pytest.approx(
+        100 * sum((r["p_yes"] >= 0.5) == (r["answer"] == "Yes") for r in ssr) / len(ssr), abs=0.01)
+    assert fw["per_task"]["REC"]["probe_accuracy"] is None
 
 
 def test_proactive_questions_wait_for_the_engine(mini, tmp_path):

@@ -127,6 +127,18 @@ def test_probe_is_the_reply_tokens_softmax_of_a_plain_question(adapter):
         assert together[c] == pytest.approx(alone, abs=1e-5)
 
 
+def test_verbatim_question_is_asked_as_it_is(tiny_llava):
+    question = "Is the square red? Answer only with Yes or No."
+    probe = prepare_probe(tiny_llava, question, verbatim=True)
+    text = tiny_llava.decode(probe.ids.tolist())
+    assert question in text and "Looking at the latest frames" not in text
+    session = streamed(tiny_llava)
+    before = snapshot(session)
+    p = yes_probability(session, question, verbatim=True)
+    assert 0.0 <= p <= 1.0 and p != yes_probability(session, question)  # not the templated probe
+    assert_same(before, snapshot(session))
+
+
 def test_probe_needs_frames_and_no_open_answer(tiny_qwen):
     from hermes_cli.engine.session import AnswerOpenError
 

@@ -401,11 +401,13 @@ def _print_summary(summary: dict, report, out) -> None:
     fw = summary.get("forward")
     if fw:
         table = Table()
-        for col in ("forward active responding", "probes", "correct", "accuracy %", 'always "Yes" %'):
+        for col in ("forward active responding", "probes", "correct", "accuracy %", 'always "Yes" %', "p(yes) ≥ 0.5 %"):
             table.add_column(col, justify="left" if col.startswith("forward") else "right")
-        table.add_row("[bold]overall[/]", str(fw["n"]), str(fw["correct"]), f"[bold]{_fmt(fw['accuracy'])}[/]", _fmt(fw["yes_baseline"]))
+        table.add_row("[bold]overall[/]", str(fw["n"]), str(fw["correct"]), f"[bold]{_fmt(fw['accuracy'])}[/]",
+                      _fmt(fw["yes_baseline"]), _fmt(fw["probe_accuracy"]))
         for task, row in fw["per_task"].items():
-            table.add_row(f"task: {task}", str(row["n"]), str(row["correct"]), _fmt(row["accuracy"]), _fmt(row["yes_baseline"]))
+            table.add_row(f"task: {task}", str(row["n"]), str(row["correct"]), _fmt(row["accuracy"]),
+                          _fmt(row["yes_baseline"]), _fmt(row["probe_accuracy"]))
         out.print(table)
     t = summary["timing"]
     out.print(f"answered {q['answered']} of {q['selected']} questions ({report.answered} now, {report.skipped_done} from an earlier run; "

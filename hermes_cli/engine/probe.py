@@ -106,12 +106,18 @@ class Probe:
 _PREPARED: weakref.WeakKeyDictionary[ModelAdapter, dict[tuple[str, str | None], Probe]] = weakref.WeakKeyDictionary()
 
 
-def prepare_probe(adapter: ModelAdapter, condition: str, system_prompt: str | None = None) -> Probe:
-    """The probe of ``condition`` for this model (cached per adapter, condition and system prompt)."""
-    key = (condition, system_prompt)
+def prepare_probe(adapter: ModelAdapter, condition: str, system_prompt: str | None = None, *,
+                  verbatim: bool = False) -> Probe:
+    """The probe of ``condition`` for this model (cached per adapter, condition and system prompt).
+
+    ``verbatim``: ``condition`` is the whole question, asked as it is (a benchmark's own yes/no
+    prompt), instead of filling ``PROBE_TEMPLATE``.
+    """
+    key = (("=" if verbatim else "?") + condition, system_prompt)
     known = _PREPARED.setdefault(adapter, {})
     if key not in known:
-        prompt = adapter.question_text(probe_question(condition), [], system_prompt)
+        question = condition if verbatim else probe_question(condition)
+        prompt = adapter.question_text(question, [], system_prompt)
         yes_id, no_id = reply_token(adapter, prompt, YES), reply_token(adapter, prompt, NO)
         if yes_id == no_id:
             raise ValueError(f"{adapter.name}: 'Yes' and 'No' begin with the same token ({yes_id}); "
@@ -128,12 +134,13 @@ def _lock(session: Session):
 
 
 @torch.no_grad()
-def yes_probabilities(session: Session, conditions: Sequence[str]) -> dict[str, float]:
+def yes_probabilities(session: Session, conditions: Sequence[str], *, verbatim: bool = False) -> dict[str, float]:
     """p(yes) of each condition from the memory as it is now, in one forward; the memory is left
     exactly as it was. Raises ``ValueError`` before any frame, ``AnswerOpenError`` while an answer's
-    tokens are in the cache (the probe would see them)."""
+    tokens are in the cache (the probe would see them). ``verbatim``: see ``prepare_probe``."""
     adapter, cache = session.adapter, session.cache
-    probes = [prepare_probe(adapter, c, session.config.system_prompt) for c in dict.fromkeys(conditions)]
+    probes = [prepare_probe(adapter, c, session.config.system_prompt, verbatim=verbatim)
+              for c in dict.fromkeys(conditions)]
     if not probes:
         return {}
     with _lock(session):
@@ -155,9 +162,9 @@ def yes_probabilities(session: Session, conditions: Sequence[str]) -> dict[str, 
     return {p.condition: p_yes_from_logits(row, p.yes_id, p.no_id) for p, row in zip(probes, logits, strict=True)}
 
 
-def yes_probability(session: Session, condition: str) -> float:
+def yes_probability(session: Session, condition: str, *, verbatim: bool = False) -> float:
     """p(yes) of one condition (see ``yes_probabilities``)."""
-    return yes_probabilities(session, [condition])[condition]
+    return yes_probabilities(session, [condition], verbatim=verbatim)[condition]
 
 
 def describe(session: Session, condition: str, max_new_tokens: int = defaults.NOTIFY_DESCRIBE_TOKENS, *,

@@ -14,7 +14,9 @@ re-encoded). The prompts are the benchmark's (``ovo_prompt``) and so is the scor
 The **always-"Yes" baseline** is the score of the reply "Yes" to every probe, by the same
 function: the share of SSR/CRR probes whose truth is "Yes" (67 % and 60 % on the full sets),
 0 for REC. A model that only learned to say "Yes" reaches it; ``summarize_forward`` prints it
-beside each task's score.
+beside each task's score. SSR/CRR records also carry ``p_yes``: the ``--notify`` probe's p(yes)
+(``engine.probe``, the benchmark's question asked verbatim) from the same memory at the same
+moment — the data to tune ``--notify-threshold`` and ``--notify-margin`` on.
 
 StreamingBench's Proactive Output (``sb_proactive``) asks, from ``time_stamp`` on, for an output
 at the moment a condition holds. The benchmark polls once a second with "… Is it the right time
@@ -38,6 +40,7 @@ FORWARD_TASKS = ("REC", "SSR", "CRR")
 PROACTIVE_TOLERANCE_S = 2.0  # StreamingBench: |fired - ground truth| <= 2 s
 PROACTIVE_POLL_AFTER_S = 4.0  # the benchmark stops polling 4 s after the ground-truth time
 YES_REPLY = "Yes"
+PROBE_THRESHOLD = 0.5  # the summary's probe accuracy: p(yes) >= this counts as "Yes" (--notify-threshold's default)
 
 PROACTIVE_HOOK = (
     "StreamingBench Proactive Output needs --notify firing in the engine: for each question, probe "
@@ -123,7 +126,9 @@ def proactive_record(base: dict, output: str | None, fired_at_s: float | None, p
 
 
 def summarize_forward(records: list[dict]) -> dict | None:
-    """Per task: probes scored, correct, accuracy % and the always-"Yes" baseline % (None without records)."""
+    """Per task: probes scored, correct, accuracy %, the always-"Yes" baseline % and, for SSR/CRR,
+    the accuracy % of the ``--notify`` probe's p(yes) >= 0.5 on the same question (records'
+    ``p_yes``; None without records)."""
     rows = [r for r in records if r.get("kind") == "forward" and r.get("correct") is not None]
     if not rows:
         return None
@@ -132,8 +137,11 @@ def summarize_forward(records: list[dict]) -> dict | None:
         n = len(group)
         right = sum(bool(r["correct"]) for r in group)
         base = [r for r in group if r.get("yes_baseline") is not None]
+        probed = [r for r in group if r.get("p_yes") is not None]
         return {"n": n, "correct": right, "accuracy": round(100 * right / n, 2),
-                "yes_baseline": round(100 * sum(bool(r["yes_baseline"]) for r in base) / len(base), 2) if base else None}
+                "yes_baseline": round(100 * sum(bool(r["yes_baseline"]) for r in base) / len(base), 2) if base else None,
+                "probe_accuracy": round(100 * sum((r["p_yes"] >= PROBE_THRESHOLD) == (r["answer"] == "Yes")
+                                                  for r in probed) / len(probed), 2) if probed else None}
 
     tasks = sorted({r["task"] for r in rows})
     return {**block(rows), "per_task": {t: block([r for r in rows if r["task"] == t]) for t in tasks}}

@@ -440,7 +440,12 @@ def run_job(job: Job, pending: list[Question], videos: dict[int, Video], setting
             nonlocal asked
             q = order[asked]
             asked += 1
-            keep(make_record(q, videos[q.video_index], path, result, settings, source_duration))
+            record = make_record(q, videos[q.video_index], path, result, settings, source_duration)
+            if q.scoring == forward.OVO_YES_NO:  # the --notify probe's p(yes) of the same question, to tune it
+                from ..engine.probe import yes_probability
+
+                record["p_yes"] = round(yes_probability(session, q.question, verbatim=True), 6)
+            keep(record)
             progress(1, f"{names} @ {result.answer.stream_time_s:.0f}s")
 
         with frames:
