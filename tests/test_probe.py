@@ -166,3 +166,26 @@ def test_describe_from_the_memory_leaves_it_and_the_conversation(adapter):
     assert_same(before, snapshot(session))  # neither the memory nor the history changed
     again = describe(session, "a coloured square is visible", max_new_tokens=5)
     assert again.tokens == answer.tokens
+
+
+def test_notify_step_fires_describes_and_leaves_the_memory(tiny_qwen):
+    import time
+
+    from hermes_cli.engine.notify import Notifier, NotifySettings
+    from hermes_cli.engine.probe import notify_step
+
+    session = streamed(tiny_qwen, frames=8)
+    before = snapshot(session)
+    notifier = Notifier(["a person enters", "the kettle boils"], NotifySettings(threshold=0.0))
+    chunk_done = time.perf_counter()
+    first = notify_step(session, notifier, since=chunk_done, max_new_tokens=4)
+    assert [e.notification for e in first.events] == ["a person enters", "the kettle boils"]  # threshold 0: at once
+    for e in first.events:
+        record = e.to_json()
+        assert set(record) == {"notification", "stream_time_s", "frames_seen", "p_yes", "text", "latency_ms"}
+        assert e.frames_seen == 8 and e.stream_time_s == session.stream_time_s
+        assert e.p_yes == first.p_yes[e.notification] and e.latency_ms > 0
+    assert first.events[1].latency_ms >= first.events[0].latency_ms >= first.probe_ms > 0
+    assert_same(before, snapshot(session))
+    second = notify_step(session, notifier, max_new_tokens=4)
+    assert second.events == [] and second.p_yes == first.p_yes  # the same memory: the same p, no new edge

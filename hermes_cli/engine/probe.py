@@ -33,9 +33,10 @@ memory at that moment, with no earlier turns and outside the stream's conversati
 from __future__ import annotations
 
 import contextlib
+import time
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -44,6 +45,7 @@ from torch import Tensor
 from .. import defaults
 from ..models.base import ModelAdapter
 from .compression import folded_mask
+from .notify import Notifier, NotifyEvent
 from .records import Answer
 
 if TYPE_CHECKING:
@@ -53,8 +55,9 @@ PROBE_TEMPLATE = "Looking at the latest frames: {condition}? Answer Yes or No."
 DESCRIBE_TEMPLATE = "Looking at the latest frames: {condition}. Describe what is happening in one short sentence."
 YES, NO = "Yes", "No"
 
-__all__ = ["DESCRIBE_TEMPLATE", "PROBE_TEMPLATE", "Probe", "describe", "describe_question", "p_yes_from_logits",
-           "prepare_probe", "probe_question", "reply_token", "yes_probabilities", "yes_probability"]
+__all__ = ["DESCRIBE_TEMPLATE", "PROBE_TEMPLATE", "NotifyStep", "Probe", "describe", "describe_question",
+           "notify_step", "p_yes_from_logits", "prepare_probe", "probe_question", "reply_token", "yes_probabilities",
+           "yes_probability"]
 
 
 def _condition(condition: str) -> str:
@@ -202,3 +205,34 @@ def _describe_alone(session: Session, text: str, max_new_tokens: int) -> Answer:
                                penalise_prompt=config.penalise_prompt):
             pass
     return answer
+
+
+@dataclass
+class NotifyStep:
+    """What ``notify_step`` did after one chunk."""
+
+    p_yes: dict[str, float]  # every condition's p(yes)
+    events: list[NotifyEvent] = field(default_factory=list)  # the conditions that fired, described
+    probe_ms: float = 0.0  # the probes' forward (what ``notify_ms_per_chunk`` counts)
+    describe_ms: float = 0.0  # the descriptions of the fired conditions
+
+
+def notify_step(session: Session, notifier: Notifier, *, since: float | None = None,
+                max_new_tokens: int = defaults.NOTIFY_DESCRIBE_TOKENS) -> NotifyStep:
+    """The ``--notify`` work after a chunk: probe every condition of ``notifier`` (one forward),
+    step its state machines, describe each condition that fires and make its event.
+
+    ``since``: the ``time.perf_counter()`` at the end of the chunk's prefill and compression, from
+    which an event's ``latency_ms`` counts (default: now). The memory is left exactly as it was.
+    """
+    t0 = time.perf_counter()
+    start = t0 if since is None else since
+    p_yes = yes_probabilities(session, notifier.conditions)
+    t1 = time.perf_counter()
+    step = NotifyStep(p_yes, probe_ms=(t1 - t0) * 1e3)
+    for condition in notifier.update(p_yes):
+        answer = describe(session, condition, max_new_tokens)
+        step.events.append(NotifyEvent(condition, session.stream_time_s, session.frames_seen, p_yes[condition],
+                                       answer.text.strip(), (time.perf_counter() - start) * 1e3))
+    step.describe_ms = (time.perf_counter() - t1) * 1e3
+    return step
