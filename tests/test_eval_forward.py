@@ -84,6 +84,13 @@ def test_shared_forward_sample_becomes_one_question_per_probe():
     assert [q.extras["ground_truth_time_s"] for q in pro.questions] == [29.0, 178.0, 347.0]
     assert [q.answer for q in pro.questions] == ["3", "20", "40"]
     assert {q.scoring for q in pro.questions} == {forward.SB_PROACTIVE}
+    task = forward.ProactiveTask.of(pro.questions[0])
+    assert (task.start_s, task.stop_s, task.truth_time_s, task.truth_output) == (20.0, 33.0, 29.0, "3")
+    assert task.condition == 'When the scoreboard shows 3 points for USA, output "3". Is it the right time to output "3"'
+    assert task.record({"qid": task.qid, "answer": "3"}, "3", 28.0, 0.9)["correct"] is True
+    assert task.record({"qid": task.qid, "answer": "3"}, None, None, None)["correct"] is False
+    with pytest.raises(ValueError, match="not a scorable proactive"):
+        forward.ProactiveTask.of(aset.questions[0])
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="no ../shared benchmark samples beside this checkout")
@@ -167,5 +174,5 @@ def test_proactive_questions_wait_for_the_engine(mini, tmp_path):
     result = invoke(str(proactive), "--videos-dir", str(videos), "--model", "tiny", "--chunk", "2",
                     "--max-new-tokens", "3", "-o", str(out), "--json")
     assert result.exit_code == 0, result.output
-    assert "1 proactive questions not run" in result.output and "--notify" in result.output
+    assert "1 proactive questions not run" in result.output and "ProactiveTask" in result.output
     assert not out.exists() or out.read_text() == ""

@@ -26,13 +26,17 @@ moment is within ±2 s of ``ground_truth_time_stamp`` (``score_proactive``). Her
 the ``--notify`` mechanism (``engine.probe`` + ``engine.notify``) run on that condition after
 each chunk, and the output ``engine.probe.describe(session, condition, question=question)``:
 that needs the engine's notify loop, so ``runner.run_eval`` does not ask these questions itself
-— ``PROACTIVE_HOOK`` says where the engine takes over and ``proactive_record`` builds the record
-from what fired.
+— ``ProactiveTask.of(question)`` is the hook: all the engine needs to run one, and its record.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .annotations import Question
 
 OVO_REC, OVO_YES_NO, SB_PROACTIVE = "ovo_rec", "ovo_yes_no", "sb_proactive"
 SCORINGS = (OVO_REC, OVO_YES_NO, SB_PROACTIVE)
@@ -43,10 +47,9 @@ YES_REPLY = "Yes"
 PROBE_THRESHOLD = 0.5  # the summary's probe accuracy: p(yes) >= this counts as "Yes" (--notify-threshold's default)
 
 PROACTIVE_HOOK = (
-    "StreamingBench Proactive Output needs --notify firing in the engine: for each question, probe "
-    "forward.proactive_condition(q) after every chunk from q.end_s (its time_stamp) to "
-    "q.extras['ground_truth_time_s'] + 4 s, describe(session, condition, question=q.question) when it "
-    "fires, and keep forward.proactive_record(...)"
+    "StreamingBench Proactive Output needs --notify firing in the engine's notify loop "
+    "(evaluation/forward.py ProactiveTask: probe its condition after each chunk from start_s to stop_s, "
+    "describe on fire, keep its record())"
 )
 
 # The benchmark's prompts (OVO-Bench's constant.py), in its words.
@@ -123,6 +126,37 @@ def proactive_record(base: dict, output: str | None, fired_at_s: float | None, p
     verdict = score_proactive(output, fired_at_s, base.get("answer") or "", truth_time_s)
     return {**base, "kind": "proactive", "prediction": output, "fired_at_s": fired_at_s, "p_yes": p_yes,
             "ground_truth_time_s": truth_time_s, **verdict, "correct": verdict["answer_correct"]}
+
+
+@dataclass(frozen=True)
+class ProactiveTask:
+    """What the engine's notify loop needs to run one proactive question (the hook).
+
+    After every chunk whose stream time is in ``(start_s, stop_s]``, probe ``condition``
+    (``engine.probe.yes_probabilities``) and step a ``notify.ConditionState``; when it fires, the
+    output is ``engine.probe.describe(session, condition, question=question)`` and ``record``
+    scores it. Past ``stop_s`` without a fire: ``record(base, None, None, None)``.
+    """
+
+    qid: str
+    question: str
+    condition: str
+    start_s: float
+    stop_s: float
+    truth_output: str
+    truth_time_s: float
+
+    @classmethod
+    def of(cls, q: Question) -> ProactiveTask:
+        truth_time = q.extras.get("ground_truth_time_s")
+        if q.scoring != SB_PROACTIVE or truth_time is None:
+            raise ValueError(f"{q.qid} is not a scorable proactive question")
+        output = q.answer or ""
+        return cls(q.qid, q.question, proactive_condition(q.question, output), q.end_s or 0.0,
+                   float(truth_time) + PROACTIVE_POLL_AFTER_S, output, float(truth_time))
+
+    def record(self, base: dict, output: str | None, fired_at_s: float | None, p_yes: float | None) -> dict:
+        return proactive_record(base, output, fired_at_s, p_yes, self.truth_time_s)
 
 
 def summarize_forward(records: list[dict]) -> dict | None:
