@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 
 from ..app.streaming import parse_time
-from . import forward
 from .answers import LETTERS, normalize, strip_marker
+from .forward import FORWARD_TASKS, OVO_REC, OVO_YES_NO, SB_PROACTIVE, SCORINGS, ovo_prompt, yes_no
 
 CHOICE_KEYS = ("choices", "options", "candidates")
 TASK_KEYS = ("task", "question_type", "task_type")
@@ -82,7 +82,7 @@ class Question:
     start_s: float | None = None
     task: str = ""
     extras: dict = field(default_factory=dict)
-    scoring: str = ""  # "": multiple choice / open-ended; else one of forward.SCORINGS
+    scoring: str = ""  # "": multiple choice / open-ended; else one of SCORINGS
 
     @property
     def multiple_choice(self) -> bool:
@@ -229,7 +229,7 @@ def _ovo_forward(i: int, entry: dict, problems: list[Problem]) -> dict:
     where = f"video {i} (id {entry.get('id')!r})"
     rest = {k: v for k, v in entry.items() if k not in ("id", "video", "task", "test_info", "question", "answer")}
     out = {"video_id": entry.get("id"), "video_path": entry.get("video", entry.get("video_path")), "task": task, **rest}
-    if task not in forward.FORWARD_TASKS:
+    if task not in FORWARD_TASKS:
         problems.append(Problem(where, "test_info for a task that is not REC, SSR or CRR: skipped", task[:20]))
         return {**out, "conversations": []}
     subject = {"REC": entry.get("activity"), "CRR": entry.get("question")}.get(task)
@@ -249,12 +249,12 @@ def _ovo_forward(i: int, entry: dict, problems: list[Problem]) -> dict:
         if task == "REC":
             count = info.get("count")
             answer = str(count) if isinstance(count, int) and not isinstance(count, bool) else None
-            scoring, extra = forward.OVO_REC, {"count": count}
+            scoring, extra = OVO_REC, {"count": count}
         else:
             kind = info.get("type")
-            answer = forward.yes_no(kind) if kind in (0, 1) and not isinstance(kind, bool) else None
-            scoring, extra = forward.OVO_YES_NO, {"type": kind}
-        conversations.append({"question": forward.ovo_prompt(task, about.strip()), "answer": answer,
+            answer = yes_no(kind) if kind in (0, 1) and not isinstance(kind, bool) else None
+            scoring, extra = OVO_YES_NO, {"type": kind}
+        conversations.append({"question": ovo_prompt(task, about.strip()), "answer": answer,
                               "end_time": info.get("realtime"), "task": task, "scoring": scoring,
                               "probe": about.strip(), **extra})
     if isinstance(entry.get("answer"), str):  # CRR's reference answer: kept, not what is scored
@@ -278,7 +278,7 @@ def _streamingbench(i: int, entry: dict, problems: list[Problem]) -> dict:
             q.pop("ground_truth_time_stamp", None)
             if truth is None:
                 problems.append(Problem(where, "proactive question without ground_truth_time_stamp: not scored"))
-            q.update(answer=str(output) if output is not None else None, scoring=forward.SB_PROACTIVE,
+            q.update(answer=str(output) if output is not None else None, scoring=SB_PROACTIVE,
                      ground_truth_time_s=truth)
         conversations.append(q)
     return {**rest, "conversations": conversations}
@@ -331,7 +331,7 @@ def _question(video: Video, k: int, conv, where: str, problems: list[Problem], u
         q.start_s = None
     q.extras = {key: v for key, v in conv.items() if key not in KNOWN_QUESTION_KEYS}
     scoring = conv.get("scoring") or ""
-    if scoring and scoring not in forward.SCORINGS:
+    if scoring and scoring not in SCORINGS:
         problems.append(Problem(where, "unknown scoring: scored as an ordinary question", str(scoring)[:30]))
         scoring = ""
     q.scoring = scoring

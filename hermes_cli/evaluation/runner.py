@@ -29,9 +29,18 @@ from typing import TYPE_CHECKING, TextIO
 
 from .. import defaults
 from ..frames import Frame, FrameSource, SourceStats
-from . import forward
 from .annotations import AnnotationSet, Question, Video
 from .answers import LENIENT_THRESHOLD, format_question, lenient_match, parse_letter
+from .forward import (
+    OVO_REC,
+    OVO_YES_NO,
+    PROACTIVE_HOOK,
+    SB_PROACTIVE,
+    summarize_forward,
+    summarize_proactive,
+    yes_baseline,
+)
+from .forward import score as score_probe
 
 PROTOCOLS = ("streaming", "offline")
 MC_MAX_NEW_TOKENS = 16
@@ -268,7 +277,7 @@ class RunReport:
     failed_videos: list[dict] = field(default_factory=list)
     failed_questions: int = 0
     warnings: list[str] = field(default_factory=list)
-    proactive_not_run: int = 0  # StreamingBench proactive questions: they need the engine's --notify (forward.PROACTIVE_HOOK)
+    proactive_not_run: int = 0  # StreamingBench proactive questions: they need the engine's --notify (PROACTIVE_HOOK)
 
 
 @dataclass
@@ -348,11 +357,11 @@ def run_eval(
     done = {r["qid"] for r in previous}
     all_records = list(previous)
     report = RunReport(skipped_done=len(done))
-    proactive = [q for q in questions if q.scoring == forward.SB_PROACTIVE and q.qid not in done]
+    proactive = [q for q in questions if q.scoring == SB_PROACTIVE and q.qid not in done]
     if proactive:  # asked at one moment they would not be the benchmark's task: the engine fires them
         report.proactive_not_run = len(proactive)
-        report.warnings.append(f"{len(proactive)} proactive questions not run: {forward.PROACTIVE_HOOK}")
-        questions = [q for q in questions if q.scoring != forward.SB_PROACTIVE]
+        report.warnings.append(f"{len(proactive)} proactive questions not run: {PROACTIVE_HOOK}")
+        questions = [q for q in questions if q.scoring != SB_PROACTIVE]
     progress = on_progress or (lambda n, info: None)
     videos = {v.index: v for v in aset.videos}
     with ResultsFile(output) as sink:
@@ -432,7 +441,7 @@ def run_job(job: Job, pending: list[Question], videos: dict[int, Video], setting
         frames = open_frames(path, video, settings, end)
         session = session_factory()
         session.config = replace(session.config, max_new_tokens=settings.max_new_tokens or (
-            MC_MAX_NEW_TOKENS if all(q.multiple_choice or q.scoring for q in order) else OPEN_MAX_NEW_TOKENS
+            MC_MAX_NEW_TOKENS if all(q.multiple_choice for q in order) else OPEN_MAX_NEW_TOKENS
         ))
         source_duration = frames.duration_s
 
@@ -441,7 +450,7 @@ def run_job(job: Job, pending: list[Question], videos: dict[int, Video], setting
             q = order[asked]
             asked += 1
             record = make_record(q, videos[q.video_index], path, result, settings, source_duration)
-            if q.scoring == forward.OVO_YES_NO:  # the --notify probe's p(yes) of the same question, to tune it
+            if q.scoring == OVO_YES_NO:  # the --notify probe's p(yes) of the same question, to tune it
                 from ..engine.probe import yes_probability
 
                 record["p_yes"] = round(yes_probability(session, q.question, verbatim=True), 6)
@@ -491,9 +500,9 @@ def make_record(q: Question, video: Video, path: Path, result, settings: EvalSet
     }
     if q.extras:
         record["extras"] = q.extras
-    if q.scoring in (forward.OVO_REC, forward.OVO_YES_NO):  # a forward probe, scored as its benchmark does
-        record.update(kind="forward", scoring=q.scoring, correct=forward.score(q.scoring, prediction, q.answer or ""),
-                      yes_baseline=forward.yes_baseline(q.scoring, q.answer or ""))
+    if q.scoring in (OVO_REC, OVO_YES_NO):  # a forward probe, scored as its benchmark does
+        record.update(kind="forward", scoring=q.scoring, correct=score_probe(q.scoring, prediction, q.answer or ""),
+                      yes_baseline=yes_baseline(q.scoring, q.answer or ""))
     elif q.multiple_choice:
         record["parsed_letter"] = parse_letter(prediction, q.choices or [])
         if q.answer_letter is not None:
@@ -585,7 +594,7 @@ def summarize(records: list[dict], *, selected: int | None = None) -> dict:
                 "model": judged[0]["judge"].get("model"),
             }
         summary["open_ended"] = block
-    for name, extra in (("forward", forward.summarize_forward(records)), ("proactive", forward.summarize_proactive(records))):
+    for name, extra in (("forward", summarize_forward(records)), ("proactive", summarize_proactive(records))):
         if extra is not None:
             summary[name] = extra
             summary["questions"][name] = extra["n"]
