@@ -33,10 +33,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .annotations import Question
+from typing import Protocol
 
 OVO_REC, OVO_YES_NO, SB_PROACTIVE = "ovo_rec", "ovo_yes_no", "sb_proactive"
 SCORINGS = (OVO_REC, OVO_YES_NO, SB_PROACTIVE)
@@ -128,6 +125,17 @@ def proactive_record(base: dict, output: str | None, fired_at_s: float | None, p
             "ground_truth_time_s": truth_time_s, **verdict, "correct": verdict["answer_correct"]}
 
 
+class ProactiveQuestion(Protocol):
+    """What ``ProactiveTask.of`` reads of an ``annotations.Question`` (which imports this module)."""
+
+    qid: str
+    question: str
+    answer: str | None
+    end_s: float | None
+    scoring: str
+    extras: dict
+
+
 @dataclass(frozen=True)
 class ProactiveTask:
     """What the engine's notify loop needs to run one proactive question (the hook).
@@ -147,7 +155,7 @@ class ProactiveTask:
     truth_time_s: float
 
     @classmethod
-    def of(cls, q: Question) -> ProactiveTask:
+    def of(cls, q: ProactiveQuestion) -> ProactiveTask:
         truth_time = q.extras.get("ground_truth_time_s")
         if q.scoring != SB_PROACTIVE or truth_time is None:
             raise ValueError(f"{q.qid} is not a scorable proactive question")
