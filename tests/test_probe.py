@@ -154,6 +154,8 @@ def test_probe_needs_frames_and_no_open_answer(tiny_qwen):
             yes_probability(session, "x")
     stream.close()
     assert 0.0 <= yes_probability(session, "x") <= 1.0
+    empty = Session(tiny_qwen, config=SessionConfig(chunk_frames=2, budget=None))
+    assert describe(empty, "x").no_frames  # before any frame: the session's fixed reply
 
 
 def test_describe_from_the_memory_leaves_it_and_the_conversation(adapter):

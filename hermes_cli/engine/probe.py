@@ -198,6 +198,11 @@ def _describe_alone(session: Session, text: str, max_new_tokens: int) -> Answer:
     with _lock(session):
         session._refuse_while_answering()
         answer.stream_time_s, answer.frames_seen = session.stream_time_s, session.frames_seen
+        if session.units_seen == 0:
+            from .session import NO_FRAMES_ANSWER
+
+            answer.text, answer.no_frames = NO_FRAMES_ANSWER, True
+            return answer
         prompt = adapter.tokens(adapter.question_text(text, [], config.system_prompt))
         answer.prompt_tokens = int(prompt.shape[0])
         for _ in greedy_answer(adapter, session.cache, session.positions, prompt, answer,
