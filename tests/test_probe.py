@@ -84,18 +84,24 @@ def assert_same(a: dict, b: dict) -> None:
     assert {k: v for k, v in a.items() if k != "layers"} == {k: v for k, v in b.items() if k != "layers"}
 
 
-def streamed(adapter, frames: int = 12) -> Session:
+def streamed(adapter, frames: int = 12, policy: tuple = ("fifo", {})) -> Session:
     """A session over ``frames`` frames under a budget small enough to evict (gaps in the positions)."""
-    session = Session(adapter, make_policy("fifo"), SessionConfig(chunk_frames=4, budget=30, repetition_penalty=1.0))
+    name, options = policy
+    session = Session(adapter, make_policy(name, **options), SessionConfig(chunk_frames=4, budget=30, repetition_penalty=1.0))
     images = moving_square_frames(frames)
     session.ingest(list(images), [i * 0.5 for i in range(frames)])
     session.flush()
     return session
 
 
-def test_probe_leaves_the_memory_exactly_as_it_was(adapter):
-    session = streamed(adapter)
+POLICIES = [("fifo", {}), ("hermes", {}), ("infinipot", {"profile": "reference"})]  # the last keeps a set per head
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=[p[0] for p in POLICIES])
+def test_probe_leaves_the_memory_exactly_as_it_was(adapter, policy):
+    session = streamed(adapter, policy=policy)
     assert session.compressions > 0
+    assert session.cache.meta(1).per_head == (policy[0] == "infinipot")
     before = snapshot(session)
     p = yes_probability(session, "a coloured square is visible")
     assert 0.0 <= p <= 1.0
