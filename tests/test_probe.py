@@ -197,3 +197,16 @@ def test_notify_step_fires_describes_and_leaves_the_memory(tiny_qwen):
     assert_same(before, snapshot(session))
     second = notify_step(session, notifier, max_new_tokens=4)
     assert second.events == [] and second.p_yes == first.p_yes  # the same memory: the same p, no new edge
+
+
+def test_probe_on_qwen3_vl_leaves_the_memory():
+    """Qwen3-VL (text timestamps, DeepStack: the probe's tokens are no visual cells) as well."""
+    from hermes_cli.models.loading import load_model
+
+    adapter = load_model("tiny-qwen3-vl", device="cpu", dtype="fp32")
+    session = streamed(adapter, frames=8)
+    before = snapshot(session)
+    both = yes_probabilities(session, ["a coloured square is visible", "the screen is black"])
+    assert all(0.0 <= p <= 1.0 for p in both.values())
+    assert yes_probability(session, "the screen is black") == pytest.approx(both["the screen is black"], abs=1e-5)
+    assert_same(before, snapshot(session))
