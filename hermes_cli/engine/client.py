@@ -236,7 +236,7 @@ class StreamClient:
 
 
 def open_stream(engine: Engine, policy: Policy, config: SessionConfig, *, live: bool = False,
-                queue_frames: int | None = None, name: str | None = None) -> StreamClient:
-    """Open a stream on ``engine`` and return its client."""
-    sid = engine.open_stream(policy, config, live=live, queue_frames=queue_frames, name=name)
+                queue_frames: int | None = None, name: str | None = None, notifier=None) -> StreamClient:
+    """Open a stream on ``engine`` and return its client (see ``Engine.open_stream``)."""
+    sid = engine.open_stream(policy, config, live=live, queue_frames=queue_frames, name=name, notifier=notifier)
     return StreamClient(engine, sid)

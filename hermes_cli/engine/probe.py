@@ -32,7 +32,6 @@ memory at that moment, with no earlier turns and outside the stream's conversati
 
 from __future__ import annotations
 
-import contextlib
 import time
 import weakref
 from collections.abc import Sequence
@@ -129,13 +128,6 @@ def prepare_probe(adapter: ModelAdapter, condition: str, system_prompt: str | No
     return known[key]
 
 
-def _lock(session: Session):
-    """The session's lock where it has one (the single-session ``Session``); the engine's sessions
-    are driven by one thread and have none."""
-    lock = getattr(session, "lock", None)
-    return lock if lock is not None else contextlib.nullcontext()
-
-
 @torch.no_grad()
 def yes_probabilities(session: Session, conditions: Sequence[str], *, verbatim: bool = False) -> dict[str, float]:
     """p(yes) of each condition from the memory as it is now, in one forward; the memory is left
@@ -146,22 +138,21 @@ def yes_probabilities(session: Session, conditions: Sequence[str], *, verbatim: 
               for c in dict.fromkeys(conditions)]
     if not probes:
         return {}
-    with _lock(session):
-        session._refuse_while_answering()
-        if session.units_seen == 0:
-            raise ValueError("the probe needs frames in the memory: call it after a chunk")
-        sizes = [p.ids.shape[0] for p in probes]
-        start = session.positions.next()
-        positions = torch.cat([session.positions.text(k, start=start) for k in sizes])
-        embeds = adapter.embed(torch.cat([p.ids for p in probes]))
-        mask = folded_mask(cache.length, 0, sizes, adapter.device) if len(probes) > 1 else None
-        mark = cache.mark()
-        try:
-            hidden, _ = adapter.forward(embeds, positions, cache, attention_mask=mask)
-        finally:
-            cache.rollback(mark)  # nothing was recorded: lengths go back, the rest is untouched
-        last = torch.tensor(sizes).cumsum(0) - 1
-        logits = adapter.logits(hidden[0, last.to(hidden.device)])
+    session._refuse_while_answering()
+    if session.units_seen == 0:
+        raise ValueError("the probe needs frames in the memory: call it after a chunk")
+    sizes = [p.ids.shape[0] for p in probes]
+    start = session.positions.next()
+    positions = torch.cat([session.positions.text(k, start=start) for k in sizes])
+    embeds = adapter.embed(torch.cat([p.ids for p in probes]))
+    mask = folded_mask(cache.length, 0, sizes, adapter.device) if len(probes) > 1 else None
+    mark = cache.mark()
+    try:
+        hidden, _ = adapter.forward(embeds, positions, cache, attention_mask=mask)
+    finally:
+        cache.rollback(mark)  # nothing was recorded: lengths go back, the rest is untouched
+    last = torch.tensor(sizes).cumsum(0) - 1
+    logits = adapter.logits(hidden[0, last.to(hidden.device)])
     return {p.condition: p_yes_from_logits(row, p.yes_id, p.no_id) for p, row in zip(probes, logits, strict=True)}
 
 
@@ -176,40 +167,14 @@ def describe(session: Session, condition: str, max_new_tokens: int = defaults.NO
     ``question``); greedy, no earlier turns, and it does not enter the stream's conversation.
     The memory is left exactly as it was."""
     text = question if question is not None else describe_question(condition)
-    open_answer = getattr(session, "open_answer", None)
-    if open_answer is not None:  # the engine's Session: an answer with its own (empty) history
-        opened = open_answer(text, max_new_tokens=max_new_tokens, history=[])
-        try:
-            opened.start()
-            while not opened.done:
-                opened.step()
-        finally:
-            opened.close()
-        return opened.answer
-    return _describe_alone(session, text, max_new_tokens)
-
-
-def _describe_alone(session: Session, text: str, max_new_tokens: int) -> Answer:
-    """``describe`` on a session without ``open_answer``: the same greedy decoding, prompt without turns."""
-    from .decoding import greedy_answer
-
-    adapter, config = session.adapter, session.config
-    answer = Answer(question=text)
-    with _lock(session):
-        session._refuse_while_answering()
-        answer.stream_time_s, answer.frames_seen = session.stream_time_s, session.frames_seen
-        if session.units_seen == 0:
-            from .session import NO_FRAMES_ANSWER
-
-            answer.text, answer.no_frames = NO_FRAMES_ANSWER, True
-            return answer
-        prompt = adapter.tokens(adapter.question_text(text, [], config.system_prompt))
-        answer.prompt_tokens = int(prompt.shape[0])
-        for _ in greedy_answer(adapter, session.cache, session.positions, prompt, answer,
-                               max_new_tokens=max_new_tokens, repetition_penalty=config.repetition_penalty,
-                               penalise_prompt=config.penalise_prompt):
-            pass
-    return answer
+    opened = session.open_answer(text, max_new_tokens=max_new_tokens, history=[])
+    try:
+        opened.start()
+        while not opened.done:
+            opened.step()
+    finally:
+        opened.close()
+    return opened.answer
 
 
 @dataclass
