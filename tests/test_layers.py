@@ -121,3 +121,20 @@ def test_the_checker_sees_an_upward_import_and_a_cycle(tmp_path, monkeypatch):
         test_imports_only_go_down()
     with pytest.raises(AssertionError, match="import cycles"):
         test_no_import_cycles()
+
+
+# The engine's insides: only hermes_cli/engine/ imports them; every mode drives streams through
+# the engine's client (hermes_cli/engine/client.py) and reads its records.
+ENGINE_INTERNALS = ("session", "cache", "decoding", "prefill", "compression", "positions", "conversation", "probe")
+
+
+def test_only_the_engine_imports_its_internals():
+    internal = {f"hermes_cli.engine.{name}" for name in ENGINE_INTERNALS}
+    offenders = [
+        f"{module} imports {target}"
+        for module, targets in graph().items()
+        if not module.startswith("hermes_cli.engine")
+        for target in targets
+        if target in internal or any(target.startswith(i + ".") for i in internal)
+    ]
+    assert not offenders, "outside the engine, use engine.client:\n" + "\n".join(sorted(offenders))

@@ -234,8 +234,7 @@ def run_batch(stream, frames, questions, json_out: bool, *, progress: bool = Tru
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..app.streaming import run_stream
-    from ..engine.client import StreamFailed
-    from ..engine.positions import PositionLimitError
+    from ..engine.client import PositionLimitError, StreamFailed
     from ..sources import SourceError
 
     show_progress = progress and not json_out and err.is_terminal and not quiet()

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from .core import END, AnswerJob, Engine, EngineStopped, Event, StreamCounts, StreamFailed
+from .positions import PositionLimitError
 from .readouts import MemoryMap
 from .records import Answer, ChunkReport, SessionStats
 
@@ -24,7 +25,8 @@ if TYPE_CHECKING:
     from .config import SessionConfig
     from .snapshot import SaveReport, Snapshot
 
-__all__ = ["AnswerHandle", "EngineStopped", "StreamAPI", "StreamClient", "StreamFailed", "open_stream"]
+__all__ = ["AnswerHandle", "EngineStopped", "PositionLimitError", "StreamAPI", "StreamClient", "StreamFailed",
+           "open_stream"]
 
 
 class AnswerHandle:
