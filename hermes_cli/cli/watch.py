@@ -14,31 +14,30 @@ from .console import Interrupted, UserError, err, out, quiet, set_debug, set_ver
 from .factory import build_session, open_frames
 from .groups import (
     AnswerOptions,
+    ChatOutputOptions,
     MemoryOptions,
     ModelOptions,
     OutputOptions,
     SnapshotOptions,
+    SourceOptions,
     session_settings,
     with_option_groups,
 )
 from .memory import MemoryRun, given_options, source_id
-from .options import NoProgressOpt, ReconnectOpt
 
 
 @with_option_groups
 def watch(
     ctx: typer.Context,
-    source: Annotated[str, typer.Argument(help="Video file or URL (http/https/HLS, rtsp, rtmp, tcp, udp).")],
+    source: Annotated[str, typer.Argument(metavar="SOURCE", help="Video file or URL (http/https/HLS, rtsp, rtmp, tcp, udp).")],
     ask: Annotated[list[str] | None, typer.Option("--ask", "-a", metavar="QUESTION", help="Question answered at the end of the stream (repeatable).")] = None,
     ask_at: Annotated[list[str] | None, typer.Option("--ask-at", metavar="TIME=QUESTION", help="TIME=QUESTION: ask when the stream reaches TIME (30s, 1:05).")] = None,
     model_options: ModelOptions = ModelOptions(),
     memory_options: MemoryOptions = MemoryOptions(),
     answer_options: AnswerOptions = AnswerOptions(),
-    no_history: Annotated[bool, typer.Option("--no-history", help="Answer each question on its own (no earlier turns).")] = False,
     realtime: Annotated[bool, typer.Option("--realtime", help="Pace a file at real time instead of as fast as the model allows.")] = False,
-    reconnect: ReconnectOpt = None,
+    source_options: SourceOptions = SourceOptions(),
     snapshot_options: SnapshotOptions = SnapshotOptions(),
-    no_progress: NoProgressOpt = False,
     output: OutputOptions = OutputOptions(),
 ) -> None:
     """Stream a video through the model and answer questions from its memory.
@@ -64,7 +63,7 @@ def watch(
         questions = [TimedQuestion(q) for q in ask or []] + [TimedQuestion.parse(q) for q in ask_at or []]
     except ValueError as exc:
         raise UserError(str(exc)) from exc
-    settings = session_settings(model_options, memory_options, answer_options, history=not no_history)
+    settings = session_settings(model_options, memory_options, answer_options)
     snapshots = MemoryRun.from_options(snapshot_options, quiet=json_out)
     settings = snapshots.settings(settings, given_options(ctx))
     settings.check()
@@ -73,7 +72,7 @@ def watch(
     if piped and realtime:
         mode = "lines"  # paced: each piped line is answered when it is read
     # prompt and lines pace --realtime themselves, on a clock that /pause stops
-    frames = open_frames(source, settings.memory.fps, reconnect, realtime=realtime and mode == "batch")
+    frames = open_frames(source, settings.memory.fps, source_options.reconnect, realtime=realtime and mode == "batch")
     check_against_source(frames, questions)
     if piped and (realtime or frames.is_live):
         mode = "lines"  # a live stream: each piped line is answered when it is read
@@ -82,7 +81,7 @@ def watch(
     session = build_session(settings, quiet=json_out)
     frames = snapshots.attach(session, frames, source_id(source))
     run_mode(mode, session, frames, questions, json_out=json_out, pace=realtime and mode != "batch",
-             progress=not no_progress, source=source)
+             progress=not output.no_progress, source=source)
     snapshots.finish()
 
 
@@ -129,15 +128,15 @@ def check_against_source(frames, questions) -> None:
 @with_option_groups
 def chat(
     ctx: typer.Context,
-    source: Annotated[str | None, typer.Argument(help="A live URL (rtsp, rtmp, tcp, udp, http) — or, with --webcam, a camera device.")] = None,
+    source: Annotated[str | None, typer.Argument(metavar="SOURCE", help="A live URL (rtsp, rtmp, tcp, udp, http) — or, with --webcam, a camera device.")] = None,
     webcam: Annotated[bool, typer.Option("--webcam", help="Watch a camera (default: this platform's first camera).")] = False,
     list_devices: Annotated[bool, typer.Option("--list-devices", help="List the cameras found and exit.")] = False,
     model_options: ModelOptions = ModelOptions(),
     memory_options: MemoryOptions = MemoryOptions(),
     answer_options: AnswerOptions = AnswerOptions(),
-    reconnect: ReconnectOpt = None,
+    source_options: SourceOptions = SourceOptions(),
     snapshot_options: SnapshotOptions = SnapshotOptions(),
-    output: OutputOptions = OutputOptions(),
+    output: ChatOutputOptions = ChatOutputOptions(),
 ) -> None:
     """Talk about a live camera or stream while it runs: an interactive prompt with live readouts.
 
@@ -171,7 +170,7 @@ def chat(
     settings = snapshots.settings(settings, given_options(ctx))
     settings.check()
     spec = (source or default_camera()) if webcam else source
-    frames = None if spec is None else open_frames(spec, settings.memory.fps, reconnect, webcam=webcam)
+    frames = None if spec is None else open_frames(spec, settings.memory.fps, source_options.reconnect, webcam=webcam)
     session = build_session(settings, quiet=json_out)
     frames = snapshots.attach(session, frames, None if spec is None else source_id(spec, webcam))
     mode = "prompt" if sys.stdin.isatty() and sys.stdout.isatty() and not json_out else "lines"
