@@ -244,6 +244,36 @@ def check_choice(s: Setting, value: Any) -> None:
         raise ValueError(f"{s.flag} must be one of {', '.join(s.choices)}, got {value!r}")
 
 
+def reference() -> str:
+    """The schema as a Markdown table (docs/cli.md): option, config-file key, snapshot role, commands."""
+    rows = ["| setting | option | config-file key | snapshot | engine field | commands |", "|---|---|---|---|---|---|"]
+    for s in SETTINGS:
+        option = " ".join(f"`{f}`" for f in s.flags) or "—"
+        key = f"`{s.name.replace('_', '-')}`" if s.config and s.commands else "—"
+        commands = ", ".join(s.commands) or "none (engine only)"
+        rows.append(f"| {s.name} | {option} | {key} | {s.snapshot} | {s.field or '—'} | {commands} |")
+    return "\n".join(rows)
+
+
+def add_arguments(parser, defaults: Mapping[str, Any], helps: Mapping[str, str] | None = None) -> None:
+    """Add the settings named in ``defaults`` to an ``argparse`` parser, at those defaults, with
+    their flags, type and help from the schema (``helps`` overrides a help). For scripts such as
+    the soak benchmark; a switch pair becomes ``--x/--no-x``, a list a repeatable option."""
+    import argparse
+
+    for name, value in defaults.items():
+        s = BY_NAME[name]
+        help = (helps or {}).get(name, s.help).replace("%", "%%")
+        if s.kind is bool and "/" in s.flags[0]:
+            parser.add_argument(s.flags[0].split("/")[0], dest=name, default=value, help=help,
+                                action=argparse.BooleanOptionalAction)
+        elif s.kind is bool:
+            parser.add_argument(*s.flags, dest=name, default=value, help=help, action="store_true")
+        else:
+            parser.add_argument(*s.flags, dest=name, default=value, help=help, metavar=s.metavar,
+                                type=str if s.kind is list else s.kind, action="append" if s.kind is list else None)
+
+
 # -- groups of settings as plain frozen dataclasses --------------------------------------------------------
 class SettingsGroup:
     """Base of a dataclass whose fields are generated from the schema (see ``settings_group``)."""

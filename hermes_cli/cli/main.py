@@ -59,7 +59,7 @@ class _Command(typer.core.TyperCommand):
         params = super().get_params(ctx)
         for param in params:
             if param.param_type_name == "argument":  # its metavar names it: no `<str>` after it in --help
-                param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
+                param.display_type_rich = lambda ctx: None  # type: ignore[attr-defined]
         return params
 
     def collect_usage_pieces(self, ctx):
