@@ -67,6 +67,24 @@ def test_every_setting_is_its_option_in_each_command_that_takes_it_and_in_no_oth
             assert param.multiple == (s.kind is list), (command, s.name)
 
 
+def test_every_engine_setting_given_on_the_command_line_reaches_the_session_config():
+    from hermes_cli.cli.groups import AnswerOptions, MemoryOptions, ModelOptions, session_settings
+
+    command = typer.main.get_command(app).commands["watch"]  # type: ignore[attr-defined]
+    engine = [s for s in SETTINGS if s.field and "watch" in s.commands]
+    args = ["clip.mp4"]
+    for s in engine:
+        value = sample(s)
+        if s.kind is bool:
+            args.append(s.flags[0].split("/")[1 if s.default else 0])
+        else:
+            args += [s.flag, str(value[0] if s.kind is list else value)]
+    params = command.make_context("watch", args).params
+    config = session_settings(*(group.of(params) for group in (ModelOptions, MemoryOptions, AnswerOptions))).config()
+    for s in engine:
+        assert getattr(config, s.field) == sample(s), s.name
+
+
 def test_no_option_placeholder_is_a_python_type():
     for command in ("watch", "chat", "eval", "bench"):
         text = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "200"}).output
@@ -227,3 +245,22 @@ def test_reindex_spacing_is_inherited_from_a_memory_and_a_conflict_is_refused(vi
     code, lines = run_cli(capsys, "watch", video, "--memory", str(first), "--reindex-spacing", "rank",
                           "--accept-policy", *common)
     assert code == 0, lines
+
+
+def test_policy_options_complete_policy_names_in_a_real_shell_completion(tmp_path):
+    import os
+    import subprocess
+
+    (tmp_path / "hermes_notes.txt").write_text("a file the shell must not offer")
+
+    def complete(*words: str) -> list[str]:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "_HERMES_COMPLETE": "complete_bash",
+               "COMP_WORDS": " ".join(["hermes", *words]), "COMP_CWORD": str(len(words))}
+        done = subprocess.run([sys.executable, "-c", "from hermes_cli.cli.main import app; app(prog_name='hermes')"], env=env,
+                              capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        return done.stdout.split()
+
+    assert complete("watch", "--policy", "in") == ["infinipot"]
+    assert complete("chat", "-p", "") == ["full", "fifo", "sink", "uniform", "infinipot", "hermes"]
+    assert complete("eval", "--policy", "h") == ["hermes"]
+    assert complete("bench", "--policies", "hermes,f") == ["hermes,full", "hermes,fifo"]
