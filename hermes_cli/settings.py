@@ -76,6 +76,7 @@ class Setting:
     complete: str | None = None  # "policy": the shell completes policy names
     or_default: bool = False  # an empty value means the engine's default
     fingerprint: bool = True  # part of what an eval result depends on (model, memory and answer settings)
+    minimum: int | None = None  # the least value a command accepts (None: the engine checks the range, or none)
 
     @property
     def flag(self) -> str:
@@ -238,10 +239,12 @@ def memory_fields() -> tuple[str, ...]:
     return tuple(s.field for s in with_role(MEMORY) if s.field)
 
 
-def check_choice(s: Setting, value: Any) -> None:
-    """ValueError naming the option when ``value`` is not one of ``s.choices``."""
+def check_value(s: Setting, value: Any) -> None:
+    """ValueError naming the option when ``value`` is not one of ``s.choices`` or below ``s.minimum``."""
     if s.choices and value is not None and value not in s.choices:
         raise ValueError(f"{s.flag} must be one of {', '.join(s.choices)}, got {value!r}")
+    if s.minimum is not None and value is not None and value < s.minimum:
+        raise ValueError(f"{s.flag} must be at least {s.minimum}, got {value}")
 
 
 def reference() -> str:

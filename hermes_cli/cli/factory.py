@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..settings import DTYPES, SettingsGroup, setting, settings_group
+from ..settings import DTYPES, SettingsGroup, check_value, setting, settings_group
 from .console import UserError, err, info, note, quiet, status, verbose
 
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
@@ -118,11 +118,12 @@ class SessionSettings:
         from ..engine.config import SessionConfig
 
         fields = {}
-        for name, value in self.values().items():
-            s = setting(name)
-            if s.field and not (s.or_default and not value):
-                fields[s.field] = value
         try:
+            for name, value in self.values().items():
+                s = setting(name)
+                check_value(s, value)
+                if s.field and not (s.or_default and not value):
+                    fields[s.field] = value
             return SessionConfig(**fields)
         except ValueError as exc:
             raise UserError(str(exc)) from exc
