@@ -140,7 +140,7 @@ SETTINGS: tuple[Setting, ...] = (
        commands={**LIVE, "eval": Use()}),
     _s("reindex_margin", int, None, "Lazy re-indexing compacts when the next position passes the model's limit "
        "minus this many positions (default: 1024, or a quarter of the limit for small models).", "memory",
-       snapshot=MEMORY, field="reindex_margin", commands={}),
+       "--reindex-margin", metavar="POSITIONS", snapshot=MEMORY, field="reindex_margin", minimum=0),
     _s("pseudo_query", str, "approx", "How attention-scored policies (hermes) read attention: approx (the paper's "
        "method: raw embeddings through each layer's norm and projections) or forward (a real forward of the "
        "pseudo-query on the cache).", "memory", "--pseudo-query", metavar="MODE", snapshot=MEMORY,
