@@ -67,11 +67,13 @@ def test_every_setting_is_its_option_in_each_command_that_takes_it_and_in_no_oth
             assert param.multiple == (s.kind is list), (command, s.name)
 
 
-def test_every_engine_setting_given_on_the_command_line_reaches_the_session_config():
+@pytest.mark.parametrize("name", ["watch", "chat"])  # chat too: --no-history, --reindex-spacing …
+def test_every_engine_setting_given_on_the_command_line_reaches_the_session_config(name):
     from hermes_cli.cli.groups import AnswerOptions, MemoryOptions, ModelOptions, session_settings
 
-    command = typer.main.get_command(app).commands["watch"]  # type: ignore[attr-defined]
-    engine = [s for s in SETTINGS if s.field and "watch" in s.commands]
+    command = typer.main.get_command(app).commands[name]  # type: ignore[attr-defined]
+    engine = [s for s in SETTINGS if s.field and name in s.commands]
+    assert {"history", "reindex_spacing", "reindex_margin"} <= {s.name for s in engine}
     args = ["clip.mp4"]
     for s in engine:
         value = sample(s)
@@ -79,7 +81,7 @@ def test_every_engine_setting_given_on_the_command_line_reaches_the_session_conf
             args.append(s.flags[0].split("/")[1 if s.default else 0])
         else:
             args += [s.flag, str(value[0] if s.kind is list else value)]
-    params = command.make_context("watch", args).params
+    params = command.make_context(name, args).params
     config = session_settings(*(group.of(params) for group in (ModelOptions, MemoryOptions, AnswerOptions))).config()
     for s in engine:
         assert getattr(config, s.field) == sample(s), s.name
@@ -133,6 +135,12 @@ def test_eval_fingerprints_the_settings_its_results_depend_on():
     assert keys == {"model", "policy", "budget", "policy_opts", "fps", "chunk", "reindex", "reindex_spacing",
                     "pseudo_query", "pseudo_query_history", "penalise_prompt", "protocol", "history",
                     "max_new_tokens", "npy_fps", "max_pixels"}
+    import hashlib
+    import json
+
+    # the default results file is named by this hash: files written before the schema still resume
+    key = hashlib.sha1(json.dumps(EvalSettings(model="tiny").fingerprint(), sort_keys=True).encode()).hexdigest()
+    assert key[:8] == "2a13d5e6"
 
 
 def test_snapshot_roles_are_what_a_real_snapshot_passes_on_and_checks(tiny_qwen, tmp_path):

@@ -110,8 +110,6 @@ def evaluate(
                             ("--max-new-tokens", max_new_tokens, max_new_tokens is None or max_new_tokens >= 1)):
         if not ok:
             raise UserError(f"{name} must be positive, got {value}")
-    if reindex is not None and reindex not in ("lazy", "eager", "off"):
-        raise UserError(f"--reindex must be lazy, eager or off, got {reindex!r}")
     if videos_dir is not None and not videos_dir.is_dir():
         raise UserError(f"--videos-dir {videos_dir} is not a folder — pass the folder that holds the videos")
     aset, questions = _load_questions(annotations, tasks, limit)
