@@ -302,11 +302,12 @@ class SettingsGroup:
 G = TypeVar("G", bound=SettingsGroup)
 
 
-def settings_group(group: str, command: str | None = None, *,
-                   annotate=None, settings: Iterable[Setting] | None = None):
+def settings_group(group: str, command: str | None = None, *, annotate=None,
+                   settings: Iterable[Setting] | None = None, own_first: bool = False):
     """Class decorator: the frozen dataclass of ``group``'s settings (those ``command`` takes,
-    when given), after the class's own annotated fields, if any. ``annotate(setting, command)``
-    gives each field's annotation (default: its plain type). A list setting holds a tuple."""
+    when given), then the class's own annotated fields, if any (``own_first``: those first).
+    ``annotate(setting, command)`` gives each field's annotation (default: its plain type). A
+    list setting holds a tuple."""
 
     def build(cls: type[G]) -> type[G]:
         import inspect
@@ -319,8 +320,7 @@ def settings_group(group: str, command: str | None = None, *,
         for s in chosen:
             annotations[s.name] = annotate(s, command) if annotate else plain_type(s, command)
             setattr(cls, s.name, s.default_for(command))
-        annotations.update(own)
-        cls.__annotations__ = annotations
+        cls.__annotations__ = {**own, **annotations} if own_first else {**annotations, **own}
         cls.GROUP, cls.COMMAND = group, command
         lists = [s.name for s in chosen if s.kind is list]
         if annotate is None and lists:  # before dataclass(): its __init__ calls __post_init__ if present

@@ -33,7 +33,7 @@ class BenchModelOptions(OptionGroup):
     )] = False
 
 
-@option_group("memory", "bench")
+@option_group("memory", "bench", own_first=True)
 class BenchStreamOptions(OptionGroup):
     """What streams through each policy, and how the memory is kept."""
 
@@ -58,7 +58,7 @@ class BenchStreamOptions(OptionGroup):
     )] = "360x640"
 
 
-@option_group("answers", "bench")
+@option_group("answers", "bench", own_first=True)
 class BenchAnswerOptions(OptionGroup):
     """How each step is measured: answers per step, their length, and the many-questions mode."""
 

@@ -31,9 +31,9 @@ class OptionGroup(SettingsGroup):
         return SessionSettings.of(self.values())
 
 
-def option_group(group: str, command: str = "watch"):
+def option_group(group: str, command: str = "watch", *, own_first: bool = False):
     """Class decorator: ``group``'s options as ``command`` takes them (see the module docstring)."""
-    return settings_group(group, command, annotate=option)
+    return settings_group(group, command, annotate=option, own_first=own_first)
 
 
 @option_group("model")
