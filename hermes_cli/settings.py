@@ -4,9 +4,11 @@ A ``Setting`` names its type, default, help, command-line flags, option group, c
 and its role for memory snapshots. Everything else is generated from ``SETTINGS``: the typer
 options and option groups (``cli/options.py``, ``cli/groups.py``), the settings a session is
 built from (``cli/factory.py``), the config-file keys (``cli/config.py``), what a snapshot
-passes on to a resumed session and checks (``cli/memory.py``, ``engine/snapshot.MEMORY_SETTINGS``)
-and ``defaults.py``. Adding a setting is one ``Setting(...)`` here, plus the engine's field in
-``engine/config.py`` when the engine reads it.
+passes on to a resumed session and checks (``cli/memory.py``, ``engine/snapshot.MEMORY_SETTINGS``),
+the benchmark scripts' argparse options, eval's results fingerprint, ``defaults.py`` and the
+settings table of docs/cli.md. Adding a setting is one ``Setting(...)`` here and, for an option of
+``watch``, its row in the README's options table; a new engine setting also needs its field in
+``engine/config.py`` (the engine's own change). ``tests/test_settings.py`` walks the schema.
 
 Snapshot roles:
 
