@@ -149,7 +149,8 @@ def test_user_errors(app):
 
 
 def test_shipped_architectures_are_full_size():
-    from hermes_cli.models.archs import ARCHS, arch_config, parameter_estimate
+    from hermes_cli.models.archs import ARCHS, arch_config
+    from tests.model_sizes import parameter_estimate
 
     expected_text_layers = {"llava-onevision-0.5b": 24, "llava-onevision-7b": 28, "qwen2.5-vl-3b": 36,
                             "qwen2.5-vl-7b": 28, "qwen3-vl-2b": 28, "qwen3-vl-4b": 36, "qwen3-vl-8b": 36}

@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from .. import defaults
+from ..models.registry import ARCHS
 from .console import UserError, err, out, set_debug
 from .groups import with_option_groups
 from .options import ChunkOpt, DebugOpt, DeviceOpt, DtypeOpt, FpsOpt, PseudoQueryOpt
@@ -30,8 +31,7 @@ class BenchModelOptions:
     )] = "tiny"
     arch: Annotated[str | None, typer.Option(
         "--arch",
-        help="Full-size architecture built with random weights (needs --random-weights): "
-        "llava-onevision-0.5b, llava-onevision-7b, qwen2.5-vl-3b, qwen2.5-vl-7b, qwen3-vl-2b, qwen3-vl-4b, qwen3-vl-8b.",
+        help=f"Full-size architecture built with random weights (needs --random-weights): {', '.join(ARCHS)}.",
     )] = None
     random_weights: Annotated[bool, typer.Option(
         "--random-weights", help="With --arch: build the model with random weights (no download).",
