@@ -140,11 +140,11 @@ def test_user_errors(app):
         (["--arch", "gpt-9", "--random-weights"], "unknown architecture"),
         (["--video", "/nonexistent/file.mp4"], "file.mp4"),
     ]
-    from hermes_cli.cli.main import UserError
+    from hermes_cli.errors import HermesError
 
     for args, needle in cases:
         result = runner.invoke(app, ["bench", "--model", "tiny", *args])
-        assert isinstance(result.exception, UserError), (args, result.output)
+        assert isinstance(result.exception, HermesError), (args, result.output)
         assert needle in str(result.exception), (args, str(result.exception))
 
 

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from .. import defaults
+from ..errors import EXIT_INTERRUPTED, HermesError
 from ..models.base import ModelAdapter
 
 DEFAULT_QUESTION = defaults.BENCH_QUESTION
@@ -236,8 +237,10 @@ def measure_answers(session, question: str, *, repeats: int, warmup: int, max_ne
 ProgressFn = Callable[[dict], None]
 
 
-class BenchInterrupted(Exception):
+class BenchInterrupted(HermesError):
     """Ctrl-C during a benchmark: ``records`` holds the steps measured before it."""
+
+    exit_code = EXIT_INTERRUPTED
 
     def __init__(self, records: list) -> None:  # BenchRecord, or QuestionRecord for --questions
         super().__init__("interrupted")

@@ -240,6 +240,12 @@ def _check_options(s: BenchStreamOptions, m: BenchModelOptions, a: BenchAnswerOp
         raise UserError("--arch builds a model without weights: add --random-weights (or load real weights with --model)")
     if m.random_weights and not m.arch:
         raise UserError("--random-weights needs --arch NAME (e.g. --arch llava-onevision-0.5b)")
+    from ..models.registry import check_model_name, resolve_arch
+
+    if m.arch:  # a name that cannot load fails before torch is imported
+        resolve_arch(m.arch)
+    else:
+        check_model_name(m.model)
     if s.video and s.synthetic_vision:
         raise UserError("--synthetic-vision does not look at frames: drop --video, or drop --synthetic-vision")
     if o.plot:
@@ -318,16 +324,12 @@ def _parse_size(text: str) -> tuple[int, int]:
 
 def _load(model, arch, device, dtype):
     from ..models.loading import load_model
-    from ..models.registry import ModelLoadError
 
-    try:
-        if arch:
-            from ..models.archs import load_random_arch
+    if arch:
+        from ..models.archs import load_random_arch
 
-            return load_random_arch(arch, device=device, dtype=dtype)
-        return load_model(model, device=device, dtype=dtype)
-    except ModelLoadError as exc:
-        raise UserError(str(exc)) from exc
+        return load_random_arch(arch, device=device, dtype=dtype)
+    return load_model(model, device=device, dtype=dtype)
 
 
 def _frame_source(video, fps, frame_size, frames_needed: int):
@@ -337,13 +339,13 @@ def _frame_source(video, fps, frame_size, frames_needed: int):
 
     if not video:
         return lambda: synthetic_frames(frame_size, fps)
-    from ..sources import SourceError, open_source
+    from ..sources import open_source
 
-    try:  # open once now so a bad file is a one-line error before any work
+    try:  # open once now so a bad file is a one-line error (SourceError) before any work
         source = open_source(video, fps)
         duration, rate = source.duration_s, source.effective_fps
         source.close()
-    except (SourceError, ValueError) as exc:
+    except ValueError as exc:
         raise UserError(str(exc)) from exc
     if duration is not None and int(duration * rate) + 1 < frames_needed:
         raise UserError(f"{video} is {duration:.1f}s: at {rate:g} fps that is about {int(duration * rate) + 1} frames, "
@@ -372,8 +374,6 @@ def _run(adapter, names, steps, budget, chunk, fps, repeats, warmup, max_new_tok
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..bench.runner import run_bench
-    from ..engine.positions import PositionLimitError
-    from ..sources import SourceError
 
     total = len(names) * steps[-1]
     progress = Progress(
@@ -409,7 +409,7 @@ def _run(adapter, names, steps, budget, chunk, fps, repeats, warmup, max_new_tok
                              warmup=warmup, max_new_tokens=max_new_tokens, frames=frame_source,
                              synthetic_vision=synthetic_vision, question=question, progress=on_event,
                              pseudo_query=pseudo_query)
-    except (ValueError, SourceError, PositionLimitError) as exc:
+    except ValueError as exc:
         raise UserError(str(exc).splitlines()[0]) from exc
 
 

@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from .. import __version__
+from ..errors import HermesError
 
 FORMAT = "hermes-video-memory"
 FORMAT_VERSION = 1
@@ -44,7 +45,7 @@ DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float
 MEMORY_SETTINGS = ("budget", "chunk_frames", "fps", "reindex", "reindex_margin", "pseudo_query")
 
 
-class SnapshotError(Exception):
+class SnapshotError(HermesError):
     """A snapshot that cannot be written or loaded here; str() is one line saying why and what to do."""
 
 

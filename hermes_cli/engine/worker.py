@@ -41,6 +41,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ..errors import EXIT_BUG, HermesError
 from .records import Answer, ChunkReport, SessionStats
 from .session import Session
 
@@ -49,8 +50,10 @@ T = TypeVar("T")
 __all__ = ["SessionWorker", "WorkerAnswer", "WorkerCounts", "WorkerStopped"]
 
 
-class WorkerStopped(RuntimeError):
+class WorkerStopped(HermesError, RuntimeError):
     """The worker stopped before serving the request; ``frames_taken`` of its frames were ingested."""
+
+    exit_code = EXIT_BUG
 
     def __init__(self, message: str = "the session worker has stopped", frames_taken: int = 0) -> None:
         super().__init__(message)

@@ -28,6 +28,7 @@ from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, TextIO
 
 from .. import defaults
+from ..errors import HermesError
 from ..frames import Frame, FrameSource, SourceStats
 from .annotations import AnnotationSet, Question, Video
 from .answers import LENIENT_THRESHOLD, format_question, lenient_match, parse_letter
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     from ..engine.session import Session
 
 
-class EvalError(Exception):
+class EvalError(HermesError):
     """A problem with the run's inputs the user can fix (one line)."""
 
 

@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from ..errors import HermesError
 from .families import FAMILIES, Family
 
 # the default on a GPU: (GiB free, models that fit in bf16 with room for the cache, preferred first)
@@ -94,7 +95,7 @@ def resolve_arch(name: str) -> str:
 WAY_OUT = "pass a local directory with --model PATH, or try --model tiny"
 
 
-class ModelLoadError(Exception):
+class ModelLoadError(HermesError):
     """A model could not be loaded; the message is one line that names the way out."""
 
 

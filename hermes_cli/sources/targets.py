@@ -10,13 +10,15 @@ import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import HermesError
+
 __all__ = ["LIVE_SCHEMES", "SourceError", "Target", "display_url", "scheme", "spec_target"]
 
 # Protocols whose streams run in real time and have no end.
 LIVE_SCHEMES = frozenset({"rtsp", "rtsps", "rtmp", "rtmps", "rtmpt", "tcp", "udp", "srt", "rtp"})
 
 
-class SourceError(Exception):
+class SourceError(HermesError):
     """A source that cannot be opened or read. str() is one line: what went wrong, what to do."""
 
     def __init__(self, message: str) -> None:
