@@ -1,6 +1,6 @@
 """``hermes bench``: time to first token and memory against stream length, per memory policy.
 
-Registered in cli.py as ``app.command("bench")(bench)``. Imports stay light here: torch and
+Registered in cli/main.py as ``app.command("bench")(bench)``. Imports stay light here: torch and
 transformers load inside the command.
 """
 

@@ -1,6 +1,6 @@
 """``hermes eval``: run a benchmark annotation file through a model and memory policy.
 
-Registered in ``cli.py`` as ``app.command("eval")(evaluate)``. Light at import: the model, torch
+Registered in ``cli/main.py`` as ``app.command("eval")(evaluate)``. Light at import: the model, torch
 and PyAV are loaded only when a run needs them.
 """
 

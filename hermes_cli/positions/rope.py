@@ -1,6 +1,6 @@
 """Rotary-position arithmetic for a KV cache whose keys are stored *after* RoPE.
 
-Positions belong to the session (see docs/architecture). When tokens are evicted the retained
+Positions belong to the session (see docs/architecture.md). When tokens are evicted the retained
 positions are re-indexed (*compaction*) and the cached keys are corrected in place by the rotary
 delta instead of being recomputed:
 
