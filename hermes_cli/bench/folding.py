@@ -21,11 +21,13 @@ import argparse
 import statistics
 import time
 
+from .. import defaults
+
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", default=None, help="full-size random-weight architecture (default: --model)")
-    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--model", default=defaults.BENCH_MODEL)
     parser.add_argument("--frames", type=int, default=32, help="frames in the memory before the timed chunk")
     parser.add_argument("--chunk", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds (medians)")

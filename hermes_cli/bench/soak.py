@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from .. import defaults
 from ..engine.config import SessionConfig
 from ..engine.readouts import rss_bytes
 from ..engine.session import Session
@@ -176,7 +177,7 @@ def summarize(args, points: list[SoakPoint], baseline_rss: int, end_rss: int, co
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m hermes_cli.bench.soak", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--model", default=defaults.BENCH_MODEL)
     parser.add_argument("--policy", default="hermes")
     parser.add_argument("--frames", type=int, default=10_000)
     parser.add_argument("--budget", type=int, default=256)

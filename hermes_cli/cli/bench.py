@@ -28,7 +28,7 @@ class BenchModelOptions:
     model: Annotated[str, typer.Option(
         "--model", "-m", metavar="NAME|PATH",
         help="Hub id, local directory, or 'tiny' / 'tiny-llava-onevision' (random weights).",
-    )] = "tiny"
+    )] = defaults.BENCH_MODEL
     arch: Annotated[str | None, typer.Option(
         "--arch",
         help=f"Full-size architecture built with random weights (needs --random-weights): {', '.join(ARCHS)}.",

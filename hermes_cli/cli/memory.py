@@ -21,9 +21,6 @@ if TYPE_CHECKING:
     from ..engine.snapshot import Autosaver
     from .groups import SnapshotOptions
 
-# Options whose value comes from the snapshot unless given on the command line.
-FROM_SNAPSHOT = ("model", "dtype", "policy", "policy_opt", "budget", "fps", "chunk", "reindex", "pseudo_query",
-                 "system")
 DTYPE_FLAGS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
@@ -85,10 +82,6 @@ class MemoryRun:
             except SnapshotError as exc:
                 raise UserError(str(exc)) from None
 
-    @property
-    def active(self) -> bool:
-        return any((self.load, self.save, self.autosave))
-
     def settings(self, settings: SessionSettings, given: set[str]) -> SessionSettings:
         """``settings`` with what was not ``given`` taken from the snapshot (model, dtype, policy,
         its parameters, budget, fps, chunk, re-indexing, pseudo-query, system prompt)."""
@@ -145,7 +138,7 @@ class MemoryRun:
         skip, offset = None, 0.0
         consumed = None if snap is None else snap.consumed_until_s
         if consumed is not None:
-            if snap is not None and source is not None and source == snap.source and not frames.is_live:
+            if source is not None and source == snap.source and not frames.is_live:
                 skip = consumed
             else:  # another stream: the snapshot's ended, so its queued frames go in now
                 session.flush()
@@ -181,13 +174,11 @@ class ContinuedFrames:
         self.skip_until_s = skip_until_s
         self.offset_s = offset_s
         self.after_frame = after_frame
-        self.skipped = 0
 
     def __iter__(self):
         handed = False
         for frame in self._frames:
             if self.skip_until_s is not None and frame.timestamp <= self.skip_until_s + 1e-9:
-                self.skipped += 1
                 continue
             if handed and self.after_frame is not None:
                 self.after_frame()
@@ -225,9 +216,3 @@ class ContinuedFrames:
 def no_frames() -> FrameSource:
     """No stream at all: the prompt works on the loaded memory alone."""
     return IterableSource((), name="memory")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        return None

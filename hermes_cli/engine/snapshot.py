@@ -427,7 +427,6 @@ class Autosaver:
         self.source = source
         self.clock = clock
         self.last = clock()
-        self.saves = 0
 
     def tick(self) -> bool:
         """Save if the interval has passed; whether a snapshot was written."""
@@ -446,7 +445,6 @@ class Autosaver:
     def save(self) -> SaveReport:
         report = save(self.session, self.path, source=self.source)
         self.last = self.clock()
-        self.saves += 1
         return report
 
 

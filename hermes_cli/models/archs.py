@@ -2,8 +2,9 @@
 
 ``--arch NAME --random-weights`` builds the real model class from the shipped configuration of a
 published model (``hermes_cli/models/configs/<family>.json``: sizes, layers, heads, vocabulary,
-rotary and vision-tower facts; no weights; the family's ``full_size_model`` makes the model) and fills every weight with seeded random numbers. Speed and
-memory are those of the real model; answers are noise. The tokenizer is made on the spot (a
+rotary and vision-tower facts; no weights; the family's ``full_size_model`` makes the model
+class and processor) and fills every weight with seeded random numbers. Speed and memory are
+those of the real model; answers are noise. The tokenizer is made on the spot (a
 small byte-level BPE with the model's special tokens, whole words for the built-in texts, so the
 pseudo-queries have their real length); the model keeps its real vocabulary size, so the
 embedding table and the output head have their real cost.
@@ -11,24 +12,10 @@ embedding table and the output head have their real cost.
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-
 import torch
 
 from .registry import ARCHS, ModelLoadError, resolve_arch
 from .tiny import SEED
-
-
-@dataclass(frozen=True)
-class BuildInfo:
-    """What was built and how long it took."""
-
-    arch: str
-    hub_id: str
-    parameters: int
-    dtype: torch.dtype
-    build_s: float
 
 
 def arch_config(name: str) -> dict:
@@ -38,7 +25,7 @@ def arch_config(name: str) -> dict:
 
 
 def build_random_model(name: str, *, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32):
-    """(model, processor, BuildInfo) of a full-size random-weight model of architecture ``name``.
+    """(model, processor) of a full-size random-weight model of architecture ``name``.
 
     Construction skips the library's weight initialisation (slow for billions of weights) and
     then fills every parameter with seeded random numbers in ``dtype`` on ``device``: weights
@@ -48,7 +35,6 @@ def build_random_model(name: str, *, device: torch.device | str = "cpu", dtype: 
 
     key = resolve_arch(name)
     cfg = arch_config(key)
-    t0 = time.perf_counter()
     family = ARCHS[key]
     config, processor, cls = family.build_full_size(cfg)
     device = torch.device(device)
@@ -65,10 +51,7 @@ def build_random_model(name: str, *, device: torch.device | str = "cpu", dtype: 
     model.tie_weights()  # skipped with the initialisation: the output head shares the embeddings where tied
     _fill_random(model, SEED)
     model.eval()
-    n = sum(p.numel() for p in model.parameters())
-    hub_id = next(arch.hub_id for arch in family.archs if arch.name == key)
-    info = BuildInfo(key, hub_id, n, dtype, time.perf_counter() - t0)
-    return model, processor, info
+    return model, processor
 
 
 @torch.no_grad()
@@ -105,7 +88,9 @@ def load_random_arch(name: str, *, device: str | None = None, dtype: str | None 
 
     dev = pick_device(device)
     dt = pick_dtype(dtype, dev)
-    model, processor, info = build_random_model(name, device=dev, dtype=dt)
-    cls = ARCHS[info.arch].adapter_class()
-    return cls(model, processor, name=f"{info.arch} (random weights, {info.hub_id} architecture)",
-               random_weights=True)
+    key = resolve_arch(name)
+    family = ARCHS[key]
+    hub_id = next(arch.hub_id for arch in family.archs if arch.name == key)
+    model, processor = build_random_model(key, device=dev, dtype=dt)
+    return family.adapter_class()(model, processor, name=f"{key} (random weights, {hub_id} architecture)",
+                                  random_weights=True)

@@ -249,12 +249,6 @@ class RotaryDelta:
         """
         return self._rotated_fp32(keys, delta).to(keys.dtype)
 
-    def rotate_(self, keys: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-        """In-place :meth:`rotate`: writes into ``keys`` and returns it."""
-        out = self._rotated_fp32(keys, delta)
-        keys.copy_(out)
-        return keys
-
     def __repr__(self) -> str:
         return (
             f"RotaryDelta(head_dim={self.head_dim}, mrope_section={self.mrope_section}, "
