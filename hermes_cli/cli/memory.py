@@ -138,7 +138,7 @@ class MemoryRun:
         skip, offset = None, 0.0
         consumed = None if snap is None else snap.consumed_until_s
         if consumed is not None:
-            if source is not None and source == snap.source and not frames.is_live:
+            if snap is not None and source is not None and source == snap.source and not frames.is_live:
                 skip = consumed
             else:  # another stream: the snapshot's ended, so its queued frames go in now
                 session.flush()
