@@ -478,7 +478,7 @@ class PolicySummary:
     kv_bytes: int = 0  # at the longest step
 
 
-def summarise(records: list[BenchRecord]) -> list[PolicySummary]:
+def policy_summaries(records: list[BenchRecord]) -> list[PolicySummary]:
     """Per policy: TTFT(most frames)/TTFT(fewest), peak memory and KV-cache bytes likewise, and
     over the whole stream its compression share, own peak memory and ingest speed."""
     out = []

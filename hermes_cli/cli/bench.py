@@ -178,12 +178,12 @@ def bench(
         if not records:
             raise typer.Exit(130) from None
 
-    from ..bench.runner import summarise, ttft_versus
+    from ..bench.runner import policy_summaries, ttft_versus
 
     if not o.json_out:  # (with --json each record was printed as soon as it was measured)
         out.print(_table(records, adapter))
     summary_console = err if o.json_out else out
-    for p in summarise(records):
+    for p in policy_summaries(records):
         summary_console.print(
             f"[bold]{p.policy}[/]: TTFT({p.frames_most})/TTFT({p.frames_fewest}) = {p.ttft_ratio:.2f} · "
             f"peak memory ×{p.memory_ratio:.2f} · KV cache ×{p.kv_ratio:.2f} · "

@@ -246,9 +246,9 @@ def _judge(records: list[dict], output: Path | None, url: str, judge: JudgeOptio
 
 def _summary(records, report, questions, aset, annotations: Path, protocol: str) -> dict:
     """The summary JSON: accuracy from the records, plus what this run could not answer."""
-    from ..evaluation.runner import summarize
+    from ..evaluation.runner import eval_summary
 
-    summary = summarize(records, selected=len(questions))
+    summary = eval_summary(records, selected=len(questions))
     summary["annotations"] = str(annotations)
     summary["protocol"] = protocol
     summary["questions"].update(
