@@ -101,3 +101,20 @@ def test_only_the_records_name_the_family_modules():
             if names & FAMILY_MODULES:
                 importers.append(module)
     assert importers == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_each_architecture_builds_its_familys_model(arch):
+    """The record's full-size builder makes the real model class from the shipped configuration
+    (on the meta device: no memory), and the family's adapter serves its model type."""
+    import torch
+
+    family = ARCHS[arch]
+    cfg = family.arch_config(arch)
+    config, processor, cls = family.build_full_size(cfg)
+    with torch.device("meta"):
+        model = cls(config)
+    assert model.config.model_type in family.model_types
+    assert model.config.text_config.num_hidden_layers == cfg["text_config"]["num_hidden_layers"]
+    assert processor.tokenizer.convert_tokens_to_ids("<|im_end|>") is not None
