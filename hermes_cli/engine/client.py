@@ -120,9 +120,10 @@ class StreamClient:
         """Submit frames and wait until they are taken; the chunks they completed."""
         if len(frames) != len(timestamps):
             raise ValueError(f"{len(frames)} frames but {len(timestamps)} timestamps")
+        before = self.engine.chunks_done(self.id)
         for frame, ts in zip(frames, timestamps, strict=True):
             self.submit(frame, ts)
-        return self.engine.sync(self.id, flush=False)
+        return self.engine.sync(self.id, flush=False, since=before)
 
     def flush(self) -> ChunkReport | None:
         """Prefill every frame submitted so far, the partial chunk too (padded to whole units)."""

@@ -15,6 +15,10 @@ each turn, in this order:
 4. otherwise feeds one stream (round robin, fair) the frames of its next chunk; the chunk's
    prefill and compression run; autosave ticks (its one owner).
 
+Ingest is never starved by a steady flow of questions: once answers have had as much engine
+time as the last chunk took (``MIN_ANSWER_TURN_S`` at least), the next chunk goes first, so
+with both waiting, ingest gets at least half of the engine.
+
 A stream's failure (its policy raises, its answer raises, it is closed mid-answer) is caught,
 reported on that stream (state ``failed``, an event, the error raised to its waiting callers),
 and leaves every other stream untouched; the engine thread never dies silently: if it does stop,
@@ -49,6 +53,9 @@ from .session import OpenAnswer, Session
 __all__ = ["END", "Engine", "EngineStopped", "Event", "StreamCounts", "StreamFailed"]
 
 END = object()  # ends an answer's piece queue
+# While questions keep coming, answers and ingest share the engine: once answers have taken as
+# long as the last chunk did (and at least this long), the next chunk goes before them.
+MIN_ANSWER_TURN_S = 0.05
 
 
 class EngineStopped(HermesError, RuntimeError):
@@ -138,6 +145,7 @@ class _Barrier:
     flush: bool
     request: _Request | None  # None: the stream's own end-of-stream flush
     first_chunk: int = 0  # chunk log length when it was made (sync: the chunks since)
+    end_error: str | None = None  # the end of stream's: its source's error, if it failed
 
 
 class _Stream:
@@ -210,6 +218,8 @@ class Engine:
         self._stop = False
         self._closed = False
         self._batch = BatchDecoder(adapter)
+        self._answer_s = 0.0  # time spent on answers since the last chunk was fed
+        self._last_feed_s = 0.0  # how long that chunk took
         self.failure: BaseException | None = None  # what stopped the thread, if it died
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
 
@@ -284,20 +294,19 @@ class Engine:
             st = self._get(sid)
             if st.ended or st.closed:
                 return
-            st.barriers.append(_Barrier(st.next_seq, True, None))
+            st.barriers.append(_Barrier(st.next_seq, True, None, end_error=error))
             st.ended = True
             st.source_error = error
             self._cv.notify_all()
-        self._emit_now(sid, "ended", {"error": error} if error else {})
 
-    def sync(self, sid: str, *, flush: bool) -> list[ChunkReport]:
+    def sync(self, sid: str, *, flush: bool, since: int | None = None) -> list[ChunkReport]:
         """Wait until every frame submitted so far is taken (``flush``: and the partial chunk
-        prefilled); returns the chunks prefilled meanwhile."""
+        prefilled); returns the chunks prefilled since chunk number ``since`` (default: now)."""
         request = _Request("sync", sid)
         with self._cv:
             st = self._get(sid)
             self._check_open(st)
-            st.barriers.append(_Barrier(st.next_seq, flush, request, len(st.chunks)))
+            st.barriers.append(_Barrier(st.next_seq, flush, request, len(st.chunks) if since is None else since))
             self._cv.notify_all()
         return request.wait()
 
@@ -364,6 +373,11 @@ class Engine:
 
     def warnings(self, sid: str) -> tuple[str, ...]:
         return self._get(sid).warnings
+
+    def chunks_done(self, sid: str) -> int:
+        """Chunks the stream has prefilled so far."""
+        with self._cv:
+            return len(self._get(sid).chunks)
 
     def state(self, sid: str) -> str:
         return self._get(sid).state
@@ -435,18 +449,13 @@ class Engine:
         try:
             while (work := self._next_work()) is not None:
                 kind, st, arg = work
-                if kind == "control":
-                    self._serve_control(arg)
-                elif kind == "decode":
-                    self._decode_step(arg)
-                elif st is None:
-                    raise RuntimeError(f"{kind} work without a stream")
-                elif kind == "start":
-                    self._start_answer(st, arg)
-                elif kind == "barrier":
-                    self._serve_barrier(st, arg)
-                else:
-                    self._feed(st, arg)
+                t0 = time.perf_counter()
+                self._serve_one(kind, st, arg)
+                spent = time.perf_counter() - t0
+                if kind in ("start", "decode"):
+                    self._answer_s += spent
+                elif kind == "feed":
+                    self._answer_s, self._last_feed_s = 0.0, spent
         except BaseException as exc:  # the thread itself failed: say so to everyone waiting
             self.failure = exc
             raise
@@ -455,6 +464,20 @@ class Engine:
                 self._closed = True
                 self._cv.notify_all()
             self._refuse_all()
+
+    def _serve_one(self, kind: str, st: _Stream | None, arg: Any) -> None:
+        if kind == "control":
+            self._serve_control(arg)
+        elif kind == "decode":
+            self._decode_step(arg)
+        elif st is None:
+            raise RuntimeError(f"{kind} work without a stream")
+        elif kind == "start":
+            self._start_answer(st, arg)
+        elif kind == "barrier":
+            self._serve_barrier(st, arg)
+        else:
+            self._feed(st, arg)
 
     def _next_work(self) -> tuple[str, _Stream | None, Any] | None:
         """The next thing to do (see the module docstring's order), taken under the condition."""
@@ -468,6 +491,9 @@ class Engine:
                         self._controls.remove(request)
                         return "control", None, request
                 live = [self._streams[sid] for sid in self._order]
+                owed = self._answer_s >= max(self._last_feed_s, MIN_ANSWER_TURN_S)
+                if owed and (feed := self._take_feed()) is not None:
+                    return "feed", *feed  # answers have had their share: one chunk goes first
                 for st in live:
                     # a paused stream takes no frames: a question answers from what it holds
                     if st.active is None and st.jobs and not st.error and (st.paused or st.ready(st.jobs[0].after_seq)):
@@ -483,22 +509,29 @@ class Engine:
                         first_job = st.jobs[0].after_seq if st.jobs else None
                         if first_job is None or st.barriers[0].after_seq <= first_job:
                             return "barrier", st, st.barriers.popleft()
-                n = len(self._order)
-                for k in range(n):
-                    st = self._streams[self._order[(self._turn + k) % n]]
-                    if st.paused or st.error or st.active is not None or not st.frames:
-                        continue
-                    bound = st.first_barrier()
-                    need = max(1, st.session.config.chunk_frames - st.session.pending_frames)
-                    take: list[tuple[int, np.ndarray, float]] = []
-                    while st.frames and st.frames[0][0] < bound and len(take) < need:
-                        take.append(st.frames.popleft())
-                    if take:
-                        self._turn = (self._turn + k + 1) % n
-                        st.taken += len(take)
-                        self._cv.notify_all()  # room in the queue
-                        return "feed", st, take
+                if (feed := self._take_feed()) is not None:
+                    return "feed", *feed
                 self._cv.wait()
+
+    def _take_feed(self) -> tuple[_Stream, list[tuple[int, np.ndarray, float]]] | None:
+        """The next stream in turn that can take frames, and the frames of its next chunk (under
+        the condition)."""
+        n = len(self._order)
+        for k in range(n):
+            st = self._streams[self._order[(self._turn + k) % n]]
+            if st.paused or st.error or st.active is not None or not st.frames:
+                continue
+            bound = st.first_barrier()
+            need = max(1, st.session.config.chunk_frames - st.session.pending_frames)
+            take: list[tuple[int, np.ndarray, float]] = []
+            while st.frames and st.frames[0][0] < bound and len(take) < need:
+                take.append(st.frames.popleft())
+            if take:
+                self._turn = (self._turn + k + 1) % n
+                st.taken += len(take)
+                self._cv.notify_all()  # room in the queue
+                return st, take
+        return None
 
     # -- serving ---------------------------------------------------------------------------------
     def _serve_control(self, request: _Request) -> None:
@@ -560,6 +593,8 @@ class Engine:
             self._after_chunks(st, [report] if report is not None else [])
         if barrier.request is not None:
             barrier.request.finish(st.chunks[barrier.first_chunk:] if not barrier.flush else report)
+        else:  # the end of the stream: every chunk event is out before ``ended``
+            self._emit(st, "ended", {"error": barrier.end_error} if barrier.end_error else {})
 
     def _after_chunks(self, st: _Stream, reports: list[ChunkReport]) -> None:
         if reports and st.notifier is not None:
