@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -21,8 +22,8 @@ from .factory import (
     MemorySettings,
     ModelSettings,
     SessionSettings,
-    build_session,
-    new_session,
+    build_engine,
+    open_stream,
     prepare_model,
 )
 from .groups import ModelOptions, with_option_groups
@@ -79,6 +80,7 @@ def evaluate(
     history: Annotated[bool, typer.Option("--history", help="Keep earlier questions and answers of a stream in the prompt (default: each question alone, as the benchmarks score them).")] = False,
     npy_fps: Annotated[float, typer.Option("--npy-fps", help="Frame rate of videos stored as .npy frame arrays (RVS-Movie).")] = 1.0,
     judge: JudgeOptions = JudgeOptions(),
+    streams: Annotated[int, typer.Option("--streams", metavar="N", help="Videos streamed at once on one engine (one model in memory; their chunks take turns and their answers are decoded together). Results are the same, in the same order, as with 1.")] = 1,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
     no_progress: NoProgressOpt = False,
     quiet_: QuietOpt = False,
@@ -117,6 +119,7 @@ def evaluate(
     SessionSettings(model_settings, MemorySettings(policy, budget, tuple(policy_opt or ()), fps, chunk,
                                                    reindex or defaults.REINDEX, pseudo_query, reindex_spacing)).check()
     for name, value, ok in (("--limit", limit, limit is None or limit >= 1), ("--npy-fps", npy_fps, npy_fps > 0),
+                            ("--streams", streams, streams >= 1),
                             ("--max-new-tokens", max_new_tokens, max_new_tokens is None or max_new_tokens >= 1)):
         if not ok:
             raise UserError(f"{name} must be positive, got {value}")
@@ -140,7 +143,7 @@ def evaluate(
         pseudo_query_history=pseudo_query_history, penalise_prompt=penalise_prompt, protocol=protocol, history=history,
         max_new_tokens=max_new_tokens, npy_fps=npy_fps, max_pixels=model_settings.max_pixels,
     )
-    factory = _session_factory(settings, model_settings.device, model_settings.dtype, quiet=json_out)
+    factory = StreamFactory(settings, model_settings.device, model_settings.dtype, quiet=json_out)
     if output is None:
         output = default_output(annotations, settings)
     if output is not None:
@@ -149,8 +152,11 @@ def evaluate(
         except OSError as exc:
             raise UserError(f"cannot create the folder for --output {output}: {exc.strerror}") from exc
 
-    records, report = _run(aset, questions, settings, factory, finder, output, judge,
-                           show_progress=not (json_out or no_progress or quiet()))
+    try:
+        records, report = _run(aset, questions, settings, factory, finder, output, judge, streams=streams,
+                               show_progress=not (json_out or no_progress or quiet()))
+    finally:
+        factory.close()
     summary = _summary(records, report, questions, aset, annotations, protocol)
     if summary_path is None and output is not None:
         summary_path = output.with_name(output.stem + ".summary.json")
@@ -194,7 +200,7 @@ def _load_questions(annotations: Path, tasks: list[str] | None, limit: int | Non
 
 
 def _run(aset, questions, settings, factory, finder, output: Path | None, judge: JudgeOptions, *,
-         show_progress: bool):
+         streams: int = 1, show_progress: bool):
     """Answer what is not yet in ``output`` (with a progress bar), then judge; (records, report).
 
     Ctrl-C says how many results are saved and that rerunning resumes.
@@ -226,7 +232,7 @@ def _run(aset, questions, settings, factory, finder, output: Path | None, judge:
             done = {r["qid"] for r in previous} & {q.qid for q in questions}
             progress.update(task, completed=len(done))
             records, report = run_eval(aset, questions, settings, factory, finder=finder, output=output,
-                                       records=previous, on_progress=on_progress)
+                                       records=previous, on_progress=on_progress, streams=streams)
         if judge.judge_url:
             _judge(records, output, judge.judge_url, judge)
     except EvalError as exc:
@@ -282,26 +288,38 @@ def default_output(annotations: Path, settings) -> Path | None:
     return path
 
 
-def _session_factory(settings, device, dtype, *, quiet: bool):
-    """A fresh session per stream; the model is loaded once, on the first call."""
-    session_settings = SessionSettings(
-        ModelSettings(settings.model, device, dtype, settings.max_pixels),
-        MemorySettings(settings.policy, settings.budget, tuple(settings.policy_opts), settings.fps, settings.chunk,
-                       settings.reindex, settings.pseudo_query, settings.reindex_spacing, settings.pseudo_query_history),
-        AnswerSettings(settings.max_new_tokens or defaults.MAX_NEW_TOKENS, settings.history,
-                       penalise_prompt=settings.penalise_prompt),
-    )
-    session_settings.check()
-    state: dict = {}
+class StreamFactory:
+    """Streams on one engine: ``factory(max_new_tokens)`` opens a fresh stream with that answer
+    length. The model is loaded and the engine started on the first call (never, when nothing is
+    left to answer); safe from several client threads. ``close()`` stops the engine."""
 
-    def factory():
-        if "adapter" not in state:
-            session = build_session(session_settings, quiet=quiet)
-            state["adapter"] = session.adapter
-            return session
-        return new_session(state["adapter"], session_settings)
+    def __init__(self, settings, device, dtype, *, quiet: bool) -> None:
+        self.settings = SessionSettings(
+            ModelSettings(settings.model, device, dtype, settings.max_pixels),
+            MemorySettings(settings.policy, settings.budget, tuple(settings.policy_opts), settings.fps, settings.chunk,
+                           settings.reindex, settings.pseudo_query, settings.reindex_spacing,
+                           settings.pseudo_query_history),
+            AnswerSettings(settings.max_new_tokens or defaults.MAX_NEW_TOKENS, settings.history,
+                           penalise_prompt=settings.penalise_prompt),
+        )
+        self.settings.check()
+        self.quiet = quiet
+        self.engine = None
+        self._lock = threading.Lock()
 
-    return factory
+    def __call__(self, max_new_tokens: int):
+        from dataclasses import replace
+
+        with self._lock:
+            if self.engine is None:
+                self.engine = build_engine(self.settings, quiet=self.quiet)
+        settings = replace(self.settings, answers=replace(self.settings.answers, max_new_tokens=max_new_tokens))
+        return open_stream(self.engine, settings)
+
+    def close(self) -> None:
+        with self._lock:
+            if self.engine is not None:
+                self.engine.stop()
 
 
 def _print_dry_run(aset, questions, jobs, protocol, json_out, out) -> None:
