@@ -428,10 +428,12 @@ class Engine:
                 kind, st, arg = work
                 if kind == "control":
                     self._serve_control(arg)
-                elif kind == "start":
-                    self._start_answer(st, arg)
                 elif kind == "decode":
                     self._decode_step(arg)
+                elif st is None:
+                    raise RuntimeError(f"{kind} work without a stream")
+                elif kind == "start":
+                    self._start_answer(st, arg)
                 elif kind == "barrier":
                     self._serve_barrier(st, arg)
                 else:
@@ -475,7 +477,7 @@ class Engine:
                         continue
                     bound = st.first_barrier()
                     need = max(1, st.session.config.chunk_frames - st.session.pending_frames)
-                    take = []
+                    take: list[tuple[int, np.ndarray, float]] = []
                     while st.frames and st.frames[0][0] < bound and len(take) < need:
                         take.append(st.frames.popleft())
                     if take:
@@ -493,7 +495,7 @@ class Engine:
                 policy, config, live, bound = request.payload
                 if request.stream in self._streams and not self._streams[request.stream].closed:
                     raise ValueError(f"a stream named {request.stream!r} is already open")
-                st = _Stream(request.stream, Session(self.adapter, policy, config), live=live, queue_frames=bound)
+                st = _Stream(request.stream or "", Session(self.adapter, policy, config), live=live, queue_frames=bound)
                 self._publish(st)
                 with self._cv:
                     self._streams[st.id] = st
