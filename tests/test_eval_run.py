@@ -184,6 +184,36 @@ def test_streams_run_videos_at_once_with_the_same_results_in_the_same_order(benc
     assert engine.streams() == []
 
 
+def test_ctrl_c_with_two_streams_closes_them_keeps_the_records_and_resumes(bench, tmp_path, engine):
+    """Ctrl-C (a KeyboardInterrupt) while two videos stream: both streams are closed, every record
+    made so far is in the file, and rerunning answers exactly the rest."""
+    ann_path, videos = bench
+    aset = load_annotations(ann_path)
+    questions = select_questions(aset)
+    settings = EvalSettings(model="tiny", budget=BUDGET, fps=FPS, chunk=CHUNK, protocol="streaming", max_new_tokens=3)
+    finder = VideoFinder(videos, ann_path.parent)
+    out = tmp_path / "cut.jsonl"
+    calls = {"n": 0}
+
+    def interrupt_on_second(n, info):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_eval(aset, questions, settings, stream_factory(engine, "hermes", BUDGET, []), finder=finder, output=out,
+                 on_progress=interrupt_on_second, streams=2)
+    assert engine.streams() == []  # no stream left open on the engine
+    saved = [json.loads(line) for line in out.read_text().splitlines()]
+    assert 1 <= len(saved) < 6
+    records, report = run_eval(aset, questions, settings, stream_factory(engine, "hermes", BUDGET, []), finder=finder,
+                               output=out, streams=2)
+    assert report.skipped_done == len(saved) and report.answered == 6 - len(saved)
+    assert sorted(r["qid"] for r in records) == sorted(q.qid for q in questions if q.video_index != 3)
+    whole, _ = run_eval(aset, questions, settings, stream_factory(engine, "hermes", BUDGET, []), finder=finder)
+    assert {r["qid"]: r["prediction"] for r in records} == {r["qid"]: r["prediction"] for r in whole}
+
+
 def test_streams_must_be_positive(bench):
     ann_path, videos = bench
     result = invoke(str(ann_path), "--videos-dir", str(videos), "--model", "tiny", "--streams", "0")

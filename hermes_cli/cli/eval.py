@@ -143,7 +143,7 @@ def evaluate(
         pseudo_query_history=pseudo_query_history, penalise_prompt=penalise_prompt, protocol=protocol, history=history,
         max_new_tokens=max_new_tokens, npy_fps=npy_fps, max_pixels=model_settings.max_pixels,
     )
-    factory = StreamFactory(settings, model_settings.device, model_settings.dtype, quiet=json_out)
+    factory = EvalStreams(settings, model_settings.device, model_settings.dtype, quiet=json_out)
     if output is None:
         output = default_output(annotations, settings)
     if output is not None:
@@ -288,7 +288,7 @@ def default_output(annotations: Path, settings) -> Path | None:
     return path
 
 
-class StreamFactory:
+class EvalStreams:
     """Streams on one engine: ``factory(max_new_tokens)`` opens a fresh stream with that answer
     length. The model is loaded and the engine started on the first call (never, when nothing is
     left to answer); safe from several client threads. ``close()`` stops the engine."""
