@@ -14,31 +14,32 @@ from .console import Interrupted, UserError, err, out, quiet, set_debug, set_ver
 from .factory import build_engine, open_frames, open_stream
 from .groups import (
     AnswerOptions,
+    ChatOutputOptions,
     MemoryOptions,
     ModelOptions,
     OutputOptions,
     SnapshotOptions,
+    SourceOptions,
     session_settings,
     with_option_groups,
 )
 from .memory import MemoryRun, given_options, source_id
-from .options import NoProgressOpt, ReconnectOpt
+from .notify import NotifyOptions
 
 
 @with_option_groups
 def watch(
     ctx: typer.Context,
-    source: Annotated[str, typer.Argument(help="Video file or URL (http/https/HLS, rtsp, rtmp, tcp, udp).")],
+    source: Annotated[str, typer.Argument(metavar="SOURCE", help="Video file or URL (http/https/HLS, rtsp, rtmp, tcp, udp).")],
     ask: Annotated[list[str] | None, typer.Option("--ask", "-a", metavar="QUESTION", help="Question answered at the end of the stream (repeatable).")] = None,
     ask_at: Annotated[list[str] | None, typer.Option("--ask-at", metavar="TIME=QUESTION", help="TIME=QUESTION: ask when the stream reaches TIME (30s, 1:05).")] = None,
     model_options: ModelOptions = ModelOptions(),
     memory_options: MemoryOptions = MemoryOptions(),
     answer_options: AnswerOptions = AnswerOptions(),
-    no_history: Annotated[bool, typer.Option("--no-history", help="Answer each question on its own (no earlier turns).")] = False,
     realtime: Annotated[bool, typer.Option("--realtime", help="Pace a file at real time instead of as fast as the model allows.")] = False,
-    reconnect: ReconnectOpt = None,
+    source_options: SourceOptions = SourceOptions(),
     snapshot_options: SnapshotOptions = SnapshotOptions(),
-    no_progress: NoProgressOpt = False,
+    notify_options: NotifyOptions = NotifyOptions(),
     output: OutputOptions = OutputOptions(),
 ) -> None:
     """Stream a video through the model and answer questions from its memory.
@@ -54,6 +55,7 @@ def watch(
       hermes watch talk.mp4 --model tiny --ask "What happens?" --json
       hermes watch match.mp4 --policy infinipot --budget 4000 --ask-at 1:05="Who scored?"
       hermes watch lecture.mp4 --autosave lecture.safetensors    (saved every 60 s and at the end)
+      hermes watch door.mp4 --notify "a person enters" --json    (a JSON object when it happens)
     """
     set_debug(output.debug)
     set_verbosity(output.quiet_, output.verbose_)
@@ -64,15 +66,16 @@ def watch(
         questions = [TimedQuestion(q) for q in ask or []] + [TimedQuestion.parse(q) for q in ask_at or []]
     except ValueError as exc:
         raise UserError(str(exc)) from exc
-    settings = session_settings(model_options, memory_options, answer_options, history=not no_history)
+    settings = session_settings(model_options, memory_options, answer_options)
     snapshots = MemoryRun.from_options(snapshot_options, quiet=json_out)
     settings = snapshots.settings(settings, given_options(ctx))
     settings.check()
+    notify_options.check()
     mode = watch_mode(bool(questions), sys.stdin.isatty(), sys.stdout.isatty(), json_out)
     piped = mode == "batch" and not questions  # questions come from stdin, one per line
     if piped and realtime:
         mode = "lines"  # paced: each piped line is answered when it is read
-    frames = open_frames(source, settings.memory.fps, reconnect)
+    frames = open_frames(source, settings.memory.fps, source_options.reconnect)
     check_against_source(frames, questions)
     if piped and (realtime or frames.is_live):
         mode = "lines"  # a live stream: each piped line is answered when it is read
@@ -80,10 +83,10 @@ def watch(
         questions = [TimedQuestion(line.strip()) for line in sys.stdin if line.strip()]  # at the end of the file
     engine = build_engine(settings, quiet=json_out)
     try:
-        stream = open_stream(engine, settings, live=frames.is_live)
+        stream = open_stream(engine, settings, live=frames.is_live, notifier=notify_options.notifier())
         frames = snapshots.attach(stream, frames, source_id(source))
-        run_mode(mode, stream, frames, questions, json_out=json_out, pace=realtime, progress=not no_progress,
-                 source=source, save_to=snapshots.save_to)
+        run_mode(mode, stream, frames, questions, json_out=json_out, pace=realtime, progress=not output.no_progress,
+                 source=source, save_to=snapshots.save_to, notify_command=notify_options.command())
         snapshots.finish()
     finally:
         engine.stop()
@@ -98,14 +101,22 @@ def watch_mode(has_questions: bool, stdin_tty: bool, stdout_tty: bool, json_out:
 
 
 def run_mode(mode: str, stream, frames, questions, *, json_out: bool, pace: bool, progress: bool = True,
-             source: str | None = None, save_to=None) -> None:
-    """Drive ``stream`` (an engine stream's client) in ``mode``; ``pace``: a file at real time."""
+             source: str | None = None, save_to=None, notify_command=None) -> None:
+    """Drive ``stream`` (an engine stream's client) in ``mode``; ``pace``: a file at real time;
+    ``notify_command``: --on-notify's, run for each notification."""
     if mode == "batch":
-        run_batch(stream, frames, questions, json_out, progress=progress, source=source, pace=pace)
+        from ..app.notifications import NotificationWatcher
+        from .notify import show_notification
+
+        watcher = NotificationWatcher(stream, show_notification(json_out), notify_command).start()
+        try:
+            run_batch(stream, frames, questions, json_out, progress=progress, source=source, pace=pace)
+        finally:
+            watcher.stop()
     elif mode == "prompt":
         from ..app.live import run_interactive
 
-        run_interactive(stream, frames, pace=pace, save_to=save_to)
+        run_interactive(stream, frames, pace=pace, save_to=save_to, notify_command=notify_command)
     else:
         from ..app.live import run_lines
 
@@ -118,7 +129,7 @@ def run_mode(mode: str, stream, frames, questions, *, json_out: bool, pace: bool
         if not json_out and not quiet():
             err.print(f"hermes · {stream.model} · policy {stream.policy.name} — one question per line, "
                       "/help for commands, Ctrl-D to leave", soft_wrap=True)
-        run_lines(stream, frames, prompt=prompt, emit=emit, pace=pace, save_to=save_to)
+        run_lines(stream, frames, prompt=prompt, emit=emit, pace=pace, save_to=save_to, notify_command=notify_command)
 
 
 def check_against_source(frames, questions) -> None:
@@ -133,15 +144,16 @@ def check_against_source(frames, questions) -> None:
 @with_option_groups
 def chat(
     ctx: typer.Context,
-    source: Annotated[str | None, typer.Argument(help="A live URL (rtsp, rtmp, tcp, udp, http) — or, with --webcam, a camera device.")] = None,
+    source: Annotated[str | None, typer.Argument(metavar="SOURCE", help="A live URL (rtsp, rtmp, tcp, udp, http) — or, with --webcam, a camera device.")] = None,
     webcam: Annotated[bool, typer.Option("--webcam", help="Watch a camera (default: this platform's first camera).")] = False,
     list_devices: Annotated[bool, typer.Option("--list-devices", help="List the cameras found and exit.")] = False,
     model_options: ModelOptions = ModelOptions(),
     memory_options: MemoryOptions = MemoryOptions(),
     answer_options: AnswerOptions = AnswerOptions(),
-    reconnect: ReconnectOpt = None,
+    source_options: SourceOptions = SourceOptions(),
     snapshot_options: SnapshotOptions = SnapshotOptions(),
-    output: OutputOptions = OutputOptions(),
+    notify_options: NotifyOptions = NotifyOptions(),
+    output: ChatOutputOptions = ChatOutputOptions(),
 ) -> None:
     """Talk about a live camera or stream while it runs: an interactive prompt with live readouts.
 
@@ -174,14 +186,17 @@ def chat(
     snapshots = MemoryRun.from_options(snapshot_options, quiet=json_out)
     settings = snapshots.settings(settings, given_options(ctx))
     settings.check()
+    notify_options.check()
     spec = (source or default_camera()) if webcam else source
-    frames = None if spec is None else open_frames(spec, settings.memory.fps, reconnect, webcam=webcam)
+    frames = None if spec is None else open_frames(spec, settings.memory.fps, source_options.reconnect, webcam=webcam)
     engine = build_engine(settings, quiet=json_out)
     try:
-        stream = open_stream(engine, settings, live=frames is not None and frames.is_live)
+        stream = open_stream(engine, settings, live=frames is not None and frames.is_live,
+                             notifier=notify_options.notifier())
         frames = snapshots.attach(stream, frames, None if spec is None else source_id(spec, webcam))
         mode = "prompt" if sys.stdin.isatty() and sys.stdout.isatty() and not json_out else "lines"
-        run_mode(mode, stream, frames, [], json_out=json_out, pace=False, save_to=snapshots.save_to)
+        run_mode(mode, stream, frames, [], json_out=json_out, pace=False, save_to=snapshots.save_to,
+                 notify_command=notify_options.command())
         snapshots.finish()
     finally:
         engine.stop()
@@ -218,8 +233,7 @@ def run_batch(stream, frames, questions, json_out: bool, *, progress: bool = Tru
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..app.streaming import run_stream
-    from ..engine.client import StreamFailed
-    from ..engine.positions import PositionLimitError
+    from ..engine.client import PositionLimitError, StreamFailed
     from ..sources import SourceError
 
     show_progress = progress and not json_out and err.is_terminal and not quiet()

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from .core import END, AnswerJob, Engine, EngineStopped, Event, StreamCounts, StreamFailed
+from .positions import PositionLimitError
 from .readouts import MemoryMap
 from .records import Answer, ChunkReport, SessionStats
 
@@ -24,7 +25,8 @@ if TYPE_CHECKING:
     from .config import SessionConfig
     from .snapshot import SaveReport, Snapshot
 
-__all__ = ["AnswerHandle", "EngineStopped", "StreamAPI", "StreamClient", "StreamFailed", "open_stream"]
+__all__ = ["AnswerHandle", "EngineStopped", "PositionLimitError", "StreamAPI", "StreamClient", "StreamFailed",
+           "open_stream"]
 
 
 class AnswerHandle:
@@ -201,9 +203,16 @@ class StreamClient:
         self.engine.resume(self.id)
 
     def save(self, path, *, source: str | None = None) -> SaveReport:
-        from .snapshot import save
+        """Write the memory to ``path`` atomically: the copy is taken between two engine steps,
+        the file is written on this thread (the engine goes on meanwhile)."""
+        import time
 
-        return self.engine.call(self.id, lambda session: save(session, path, source=source))
+        from .snapshot import capture_timed, check_destination, write_captured
+
+        check_destination(path)
+        t0 = time.perf_counter()
+        tensors, metadata, held_s = self.engine.call(self.id, lambda session: capture_timed(session, source=source))
+        return write_captured(path, tensors, metadata, held_s, time.perf_counter() - t0)
 
     def restore(self, snap: Snapshot, *, accept_policy: bool = False, convert_dtype: bool = False) -> None:
         """Take ``snap``'s memory (checked first: a mismatch raises ``SnapshotError``)."""
@@ -229,7 +238,7 @@ class StreamClient:
 
 
 def open_stream(engine: Engine, policy: Policy, config: SessionConfig, *, live: bool = False,
-                queue_frames: int | None = None, name: str | None = None) -> StreamClient:
-    """Open a stream on ``engine`` and return its client."""
-    sid = engine.open_stream(policy, config, live=live, queue_frames=queue_frames, name=name)
+                queue_frames: int | None = None, name: str | None = None, notifier=None) -> StreamClient:
+    """Open a stream on ``engine`` and return its client (see ``Engine.open_stream``)."""
+    sid = engine.open_stream(policy, config, live=live, queue_frames=queue_frames, name=name, notifier=notifier)
     return StreamClient(engine, sid)

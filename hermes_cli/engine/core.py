@@ -6,7 +6,8 @@ questions, flushes. Everything else talks to the engine by requests (``client.St
 the in-process client; an HTTP or Ray client implements the same methods). The scheduler, on
 each turn, in this order:
 
-1. serves control requests (open, close, save, restore, readouts, pause, resume);
+1. serves control requests (open, close, save, restore, readouts, pause, resume; one that reads
+   or changes a stream's session waits until that stream's open answer has ended);
 2. starts a question whose stream has taken every frame submitted before it (flushing the
    partial chunk first when asked: a live stream's answer covers everything seen);
 3. decodes one token of every open answer — several streams' answers together in one batch
@@ -22,6 +23,7 @@ every waiting request gets ``EngineStopped``.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import queue
 import threading
@@ -38,6 +40,7 @@ from policies import Policy
 from ..models.base import ModelAdapter
 from .config import SessionConfig
 from .decoding import BatchDecoder
+from .notify import Notifier
 from .readouts import MemoryMap, memory_map
 from .records import Answer, ChunkReport, SessionStats
 from .session import OpenAnswer, Session
@@ -76,7 +79,7 @@ class StreamCounts:
 @dataclass(frozen=True)
 class Event:
     """Something that happened on a stream: ``chunk``, ``compress``, ``reindex``, ``warning``,
-    ``gap``, ``ended``, ``failed`` (``data`` is JSON-ready)."""
+    ``gap``, ``ended``, ``failed``, ``closed``, ``notification`` (``data`` is JSON-ready)."""
 
     kind: str
     stream: str
@@ -154,6 +157,7 @@ class _Stream:
         self.answers = self.cancelled = 0
         self.subscribers: list[queue.SimpleQueue] = []
         self.autosaver: Any = None
+        self.notifier: Notifier | None = None
         self.warned = 0
         self.stats: SessionStats = session.stats()
         self.warnings: tuple[str, ...] = ()
@@ -168,9 +172,8 @@ class _Stream:
         return min(bounds, default=self.next_seq)
 
     def ready(self, after_seq: int) -> bool:
-        """Every frame submitted before ``after_seq`` has been taken (or dropped); a paused
-        stream takes none, so what it holds is all there is."""
-        return self.paused or not self.frames or self.frames[0][0] >= after_seq
+        """Every frame submitted before ``after_seq`` has been taken (or dropped)."""
+        return not self.frames or self.frames[0][0] >= after_seq
 
     def make_counts(self) -> StreamCounts:
         s = self.session
@@ -237,13 +240,14 @@ class Engine:
 
     # -- requests -----------------------------------------------------------------------------------
     def open_stream(self, policy: Policy, config: SessionConfig, *, live: bool = False,
-                    queue_frames: int | None = None, name: str | None = None) -> str:
+                    queue_frames: int | None = None, name: str | None = None, notifier: Notifier | None = None) -> str:
         """A new stream (its system prompt prefilled); returns its id. ``live``: a full queue drops
         its oldest frame instead of making ``submit`` wait. ``queue_frames``: the queue's bound
-        (default two chunks: one read ahead while one is prefilled)."""
+        (default two chunks: one read ahead while one is prefilled). ``notifier``: conditions
+        probed after each chunk (``--notify``); each that fires is a ``notification`` event."""
         sid = name or f"s{next(self._ids)}"
         bound = queue_frames or 2 * config.chunk_frames
-        return self._control("open", sid, (policy, config, live, bound))
+        return self._control("open", sid, (policy, config, live, bound, notifier))
 
     def submit(self, sid: str, image: np.ndarray, timestamp: float, *, block: bool = True) -> bool:
         """Queue one frame. A live stream never waits: when its queue is full the oldest frame
@@ -453,11 +457,15 @@ class Engine:
             while True:
                 if self._stop:
                     return None
-                if self._controls:
-                    return "control", None, self._controls.popleft()
+                for request in self._controls:  # a call on a stream waits for its open answer
+                    busy = self._streams.get(request.stream or "")
+                    if request.kind != "call" or busy is None or busy.active is None:
+                        self._controls.remove(request)
+                        return "control", None, request
                 live = [self._streams[sid] for sid in self._order]
                 for st in live:
-                    if st.active is None and st.jobs and not st.error and st.ready(st.jobs[0].after_seq):
+                    # a paused stream takes no frames: a question answers from what it holds
+                    if st.active is None and st.jobs and not st.error and (st.paused or st.ready(st.jobs[0].after_seq)):
                         job = st.jobs[0]
                         if not st.barriers or st.barriers[0].after_seq > job.after_seq:
                             st.jobs.popleft()
@@ -492,10 +500,11 @@ class Engine:
         kind = request.kind
         try:
             if kind == "open":
-                policy, config, live, bound = request.payload
+                policy, config, live, bound, notifier = request.payload
                 if request.stream in self._streams and not self._streams[request.stream].closed:
                     raise ValueError(f"a stream named {request.stream!r} is already open")
                 st = _Stream(request.stream or "", Session(self.adapter, policy, config), live=live, queue_frames=bound)
+                st.notifier = notifier
                 self._publish(st)
                 with self._cv:
                     self._streams[st.id] = st
@@ -548,6 +557,8 @@ class Engine:
             barrier.request.finish(st.chunks[barrier.first_chunk:] if not barrier.flush else report)
 
     def _after_chunks(self, st: _Stream, reports: list[ChunkReport]) -> None:
+        if reports and st.notifier is not None:
+            reports[-1] = self._notify(st, reports[-1])
         for report in reports:
             st.chunks.append(report)
             self._emit(st, "chunk", {"frames": report.frames, "tokens": report.tokens,
@@ -567,6 +578,22 @@ class Engine:
         if reports and st.autosaver is not None:
             st.autosaver.tick()
         self._publish(st)
+
+    def _notify(self, st: _Stream, report: ChunkReport) -> ChunkReport:
+        """The ``--notify`` probes after a chunk: a ``notification`` event for each condition that
+        fires. A probe that fails is one warning, and the stream goes on without notifications."""
+        from .probe import notify_step
+
+        assert st.notifier is not None
+        try:
+            step = notify_step(st.session, st.notifier, since=time.perf_counter())
+        except Exception as exc:
+            st.notifier = None
+            st.session.warnings.append(f"--notify stopped: {type(exc).__name__}: {exc}")
+            return report
+        for event in step.events:
+            self._emit(st, "notification", event.to_json())
+        return dataclasses.replace(report, notify_ms=step.probe_ms)
 
     def _start_answer(self, st: _Stream, job: AnswerJob) -> None:
         if job.cancel.is_set():
@@ -674,7 +701,6 @@ class Engine:
             st.active = None
         with self._cv:
             st.closed = True
-            st.frames.clear()
             self._cv.notify_all()
         self._refuse_stream(st, StreamFailed(f"stream {st.id} is closed"))
         self._emit(st, "closed", {})
@@ -683,12 +709,16 @@ class Engine:
             if st.id in self._order:
                 self._order.remove(st.id)
 
-    def _refuse_stream(self, st: _Stream, error: BaseException) -> None:
+    def _refuse_stream(self, st: _Stream, error: BaseException, *, drop_frames: bool = True) -> None:
+        """Fail what waits for the stream; ``drop_frames``: its queued frames go too (counted
+        as dropped) — an engine that stops leaves them queued, so the counts still add up."""
         with self._cv:
             jobs, barriers = list(st.jobs), list(st.barriers)
             st.jobs.clear()
             st.barriers.clear()
-            st.frames.clear()
+            if drop_frames:
+                st.dropped += len(st.frames)
+                st.frames.clear()
             self._cv.notify_all()
         for job in jobs:
             self._end_job(job, error)
@@ -709,7 +739,7 @@ class Engine:
                     st.active.opened.close()
                 self._end_job(st.active, EngineStopped("the answer was cut short: the engine stopped"))
                 st.active = None
-            self._refuse_stream(st, EngineStopped())
+            self._refuse_stream(st, EngineStopped(), drop_frames=False)
 
     def _emit(self, st: _Stream, kind: str, data: dict) -> None:
         event = Event(kind, st.id, data)

@@ -5,7 +5,9 @@ thread between two steps with ``engine.call(stream_id, fn)`` (no client readout 
 - ``hold``: keep the engine thread waiting until a gate opens, so that requests queued meanwhile
   (several streams' questions) are served back to back — the batched-decode benchmark;
 - ``pseudo_query_variants``: what hermes's pseudo-query attention costs on top of a chunk's
-  prefill, four ways, each from the same memory (rolled back in between).
+  prefill, four ways, each from the same memory (rolled back in between);
+- ``yes_probability_of``: the ``--notify`` probe's p(yes) of a condition, from the memory as it
+  is (``hermes eval`` records it beside OVO-Bench's yes/no answers, to tune the probe).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import numpy as np
 
 from .session import Session
 
-__all__ = ["cache_mark", "hold", "pseudo_query_variants"]
+__all__ = ["cache_mark", "hold", "pseudo_query_variants", "yes_probability_of"]
 
 
 def cache_mark(session: Session) -> tuple[int, int, int]:
@@ -115,5 +117,16 @@ def pseudo_query_variants(image: np.ndarray, chunk_frames: int, rounds: int, war
                 if on_time is not None:
                     on_time(label, name, elapsed)
         return {"seconds": seconds, **facts}
+
+    return measure
+
+
+def yes_probability_of(condition: str, *, verbatim: bool = False) -> Callable[[Session], float]:
+    """A call giving ``probe.yes_probability`` of ``condition`` (the memory is left as it was)."""
+
+    def measure(session: Session) -> float:
+        from .probe import yes_probability
+
+        return yes_probability(session, condition, verbatim=verbatim)
 
     return measure

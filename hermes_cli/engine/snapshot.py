@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from .. import __version__
+from ..settings import BY_FIELD, memory_fields
 
 FORMAT = "hermes-video-memory"
 FORMAT_VERSION = 1
@@ -39,8 +40,8 @@ LAYER_FIELDS = ("keys", "values", "kind", "token_id", "frame", "patch", "positio
 META_DTYPES = {"kind": torch.int8, "token_id": torch.int64, "frame": torch.int64, "patch": torch.int64,
                "positions": torch.int64}
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
-# Settings that shape what the memory holds: a snapshot continues only under the same ones.
-MEMORY_SETTINGS = ("budget", "chunk_frames", "fps", "reindex", "reindex_margin", "pseudo_query")
+# Settings that shape what the memory holds (the schema's MEMORY role): a snapshot continues only under the same ones.
+MEMORY_SETTINGS = memory_fields()
 
 
 class SnapshotError(Exception):
@@ -89,7 +90,7 @@ class SaveReport:
     path: Path
     bytes: int
     kv_bytes: int
-    locked_s: float  # the copy taken under the session's lock (ingestion and answers wait this long)
+    locked_s: float  # the copy taken on the engine's thread (every stream's work waits this long)
     capture_s: float  # the copy, the header and the checksum
     write_s: float  # serialising, writing, fsync, rename
 
@@ -131,22 +132,27 @@ def checksum(tensors: dict[str, Tensor], metadata: dict[str, str]) -> str:
 
 # -- saving --------------------------------------------------------------------------------------------
 def capture(session, *, source: str | None = None) -> tuple[dict[str, Tensor], dict[str, str]]:
-    """The session's memory as (tensors on the CPU, header): a consistent copy taken under its lock."""
+    """The session's memory as (tensors on the CPU, header): a consistent copy (call it on the
+    thread that drives the session: the engine's)."""
     tensors, metadata, _ = _capture(session, source)
     return tensors, metadata
+
+
+def capture_timed(session, *, source: str | None = None) -> tuple[dict[str, Tensor], dict[str, str], float]:
+    """``capture`` and the seconds it took (what a save holds the engine up)."""
+    return _capture(session, source)
 
 
 def _capture(session, source: str | None) -> tuple[dict[str, Tensor], dict[str, str], float]:
     adapter = session.adapter
     t0 = time.perf_counter()
-    with session.lock:
-        layers = session.cache.export_layers("cpu")
-        capacities = session.cache.capacities()
-        next_id = session.cache.next_id
-        positions = session.positions.state()
-        stream = session.stream_state()
-        policy = session.policy
-        config = dataclasses.asdict(session.config)
+    layers = session.cache.export_layers("cpu")
+    capacities = session.cache.capacities()
+    next_id = session.cache.next_id
+    positions = session.positions.state()
+    stream = session.stream_state()
+    policy = session.policy
+    config = dataclasses.asdict(session.config)
     locked_s = time.perf_counter() - t0
     prefix_ids = adapter.tokens(adapter.prefix_text(config["system_prompt"]))
     tensors: dict[str, Tensor] = {"prefix.token_ids": prefix_ids.to(torch.int64)}
@@ -222,13 +228,25 @@ def write_atomic(path: str | os.PathLike, data: bytes) -> None:
 
 def save(session, path: str | os.PathLike, *, source: str | None = None) -> SaveReport:
     """Write the session's memory to ``path`` atomically; ``source`` names the stream (for resuming)."""
-    from safetensors.torch import save as serialise
+    check_destination(path)
+    t0 = time.perf_counter()
+    tensors, metadata, locked_s = _capture(session, source)
+    return write_captured(path, tensors, metadata, locked_s, time.perf_counter() - t0)
 
+
+def check_destination(path: str | os.PathLike) -> None:
     path = Path(path)
     if not path.parent.is_dir():
         raise SnapshotError(f"cannot save the memory to {path}: folder {path.parent} does not exist")
-    t0 = time.perf_counter()
-    tensors, metadata, locked_s = _capture(session, source)
+
+
+def write_captured(path: str | os.PathLike, tensors: dict[str, Tensor], metadata: dict[str, str], locked_s: float,
+                   capture_s: float) -> SaveReport:
+    """Serialise a ``capture`` and write it to ``path`` atomically (any thread)."""
+    from safetensors.torch import save as serialise
+
+    path = Path(path)
+    check_destination(path)
     t1 = time.perf_counter()
     data = serialise(tensors, metadata)
     try:
@@ -236,7 +254,7 @@ def save(session, path: str | os.PathLike, *, source: str | None = None) -> Save
     except OSError as exc:
         raise SnapshotError(f"cannot save the memory to {path}: {exc.strerror or exc}") from exc
     kv = sum(t.numel() * t.element_size() for k, t in tensors.items() if k.endswith((".keys", ".values")))
-    return SaveReport(path, len(data), kv, locked_s, t1 - t0, time.perf_counter() - t1)
+    return SaveReport(path, len(data), kv, locked_s, capture_s, time.perf_counter() - t1)
 
 
 # -- reading -------------------------------------------------------------------------------------------
@@ -364,8 +382,9 @@ def check_fits(snap: Snapshot, session, *, accept_policy: bool = False, convert_
                                 f"{ours.get(key)!r} — pass --accept-policy to continue with the new parameters")
     config = dataclasses.asdict(session.config)
     for key in MEMORY_SETTINGS:
-        if config[key] != snap.state["config"].get(key):
-            raise SnapshotError(f"{path} was made with {key}={snap.state['config'].get(key)!r}, this session has "
+        saved = snap.state["config"].get(key, BY_FIELD[key].default)  # absent: saved before the setting existed
+        if config[key] != saved:
+            raise SnapshotError(f"{path} was made with {key}={saved!r}, this session has "
                                 f"{config[key]!r} — pass --accept-policy to continue with the new setting")
 
 
@@ -392,11 +411,10 @@ def restore(snap: Snapshot, session, *, convert_dtype: bool = False) -> None:
         pending=[(snap.tensors[f"pending.{i}.image"].numpy().copy(), t) for i, t in enumerate(pending_times)],
     )
     system_prompt = snap.state["config"]["system_prompt"]
-    with session.lock:
-        session.cache.import_layers(layers, snap.state["cache"]["next_id"], snap.state["cache"]["capacity"])
-        session.positions.restore(snap.state["positions"])
-        session.restore_stream_state(stream)
-        session.config = dataclasses.replace(session.config, system_prompt=system_prompt)
+    session.cache.import_layers(layers, snap.state["cache"]["next_id"], snap.state["cache"]["capacity"])
+    session.positions.restore(snap.state["positions"])
+    session.restore_stream_state(stream)
+    session.config = dataclasses.replace(session.config, system_prompt=system_prompt)
 
 
 def load(path: str | os.PathLike, session, *, accept_policy: bool = False, convert_dtype: bool = False) -> Snapshot:

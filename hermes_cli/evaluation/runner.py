@@ -35,10 +35,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, TextIO
 
-from .. import defaults
 from ..frames import Frame, FrameSource, SourceStats
+from ..settings import SettingsGroup, fingerprinted, settings_group
 from .annotations import AnnotationSet, Question, Video
 from .answers import LENIENT_THRESHOLD, format_question, lenient_match, parse_letter
+from .forward import (
+    OVO_REC,
+    OVO_YES_NO,
+    PROACTIVE_HOOK,
+    SB_PROACTIVE,
+    summarize_forward,
+    summarize_proactive,
+    yes_baseline,
+)
+from .forward import score as score_probe
 
 PROTOCOLS = ("streaming", "offline")
 MC_MAX_NEW_TOKENS = 16
@@ -54,31 +64,27 @@ class EvalError(Exception):
     """A problem with the run's inputs the user can fix (one line)."""
 
 
-@dataclass
-class EvalSettings:
-    """What a result depends on; records carry it, and resuming requires the same."""
+@settings_group("results", "eval", settings=fingerprinted("eval"))
+class EvalSettings(SettingsGroup):
+    """What a result depends on; records carry it, and resuming requires the same. The model,
+    memory and answer settings of ``hermes eval`` come from the schema (``hermes_cli/settings.py``),
+    at eval's defaults; ``reindex`` None: lazy when streaming, eager offline."""
 
-    model: str
-    policy: str = defaults.POLICY
-    budget: int = defaults.EVAL_BUDGET
-    policy_opts: list[str] = field(default_factory=list)
-    fps: float = defaults.FPS
-    chunk: int = defaults.CHUNK_FRAMES
-    reindex: str = defaults.REINDEX
-    reindex_spacing: str = defaults.REINDEX_SPACING
-    pseudo_query: str = defaults.PSEUDO_QUERY
-    pseudo_query_history: bool = True  # the official protocol: pseudo-queries follow earlier answers
-    penalise_prompt: bool = False
     protocol: str = "streaming"
-    history: bool = False
-    max_new_tokens: int | None = None  # None: 16 for multiple choice, 128 for open-ended
     npy_fps: float = 1.0  # frame rate of videos stored as .npy frame arrays
-    max_pixels: int | None = None  # Qwen-VL frame area cap (None: the model's own setting)
+
+    def __post_init__(self) -> None:
+        if self.reindex is None:
+            object.__setattr__(self, "reindex", default_reindex(self.protocol))
 
     def fingerprint(self) -> dict:
-        d = asdict(self)
-        d["policy_opts"] = sorted(self.policy_opts)
+        d = self.values()
+        d["policy_opts"] = sorted(d.pop("policy_opt"))  # the key results files have always used
         return d
+
+    def session_values(self) -> dict:
+        """The settings a session of this run is built from (setting name → value)."""
+        return self.values()
 
 
 def default_protocol(aset: AnnotationSet) -> str:
@@ -277,6 +283,7 @@ class RunReport:
     failed_videos: list[dict] = field(default_factory=list)
     failed_questions: int = 0
     warnings: list[str] = field(default_factory=list)
+    proactive_not_run: int = 0  # StreamingBench proactive questions: they need the engine's --notify (PROACTIVE_HOOK)
 
 
 @dataclass
@@ -364,6 +371,11 @@ def run_eval(
     done = {r["qid"] for r in previous}
     all_records = list(previous)
     report = RunReport(skipped_done=len(done))
+    proactive = [q for q in questions if q.scoring == SB_PROACTIVE and q.qid not in done]
+    if proactive:  # asked at one moment they would not be the benchmark's task: the engine fires them
+        report.proactive_not_run = len(proactive)
+        report.warnings.append(f"{len(proactive)} proactive questions not run: {PROACTIVE_HOOK}")
+        questions = [q for q in questions if q.scoring != SB_PROACTIVE]
     progress = on_progress or (lambda n, info: None)
     videos = {v.index: v for v in aset.videos}
     work = [(job, pending) for job in plan_jobs(aset, questions, finder)
@@ -510,8 +522,7 @@ def run_job(job: Job, pending: list[Question], videos: dict[int, Video], setting
     a stream closed because ``stopping`` is set (Ctrl-C) is not a failure.
     """
     from ..app.streaming import TimedQuestion, run_stream
-    from ..engine.client import EngineStopped, StreamFailed
-    from ..engine.positions import PositionLimitError
+    from ..engine.client import EngineStopped, PositionLimitError, StreamFailed
     from ..sources import SourceError
 
     path, vids = job.path, job.videos
@@ -546,7 +557,13 @@ def run_job(job: Job, pending: list[Question], videos: dict[int, Video], setting
             nonlocal asked
             q = order[asked]
             asked += 1
-            keep(make_record(q, videos[q.video_index], path, result, settings, source_duration))
+            record = make_record(q, videos[q.video_index], path, result, settings, source_duration)
+            if q.scoring == OVO_YES_NO:  # the --notify probe's p(yes) of the same question, to tune it
+                from ..engine.measure import yes_probability_of
+
+                # read on the engine thread, from the memory the answer saw
+                record["p_yes"] = round(stream.engine.call(stream.id, yes_probability_of(q.question, verbatim=True)), 6)
+            keep(record)
             progress(1, f"{names} @ {result.answer.stream_time_s:.0f}s")
 
         with frames:
@@ -606,7 +623,10 @@ def make_record(q: Question, video: Video, path: Path, result, settings: EvalSet
     }
     if q.extras:
         record["extras"] = q.extras
-    if q.multiple_choice:
+    if q.scoring in (OVO_REC, OVO_YES_NO):  # a forward probe, scored as its benchmark does
+        record.update(kind="forward", scoring=q.scoring, correct=score_probe(q.scoring, prediction, q.answer or ""),
+                      yes_baseline=yes_baseline(q.scoring, q.answer or ""))
+    elif q.multiple_choice:
         record["parsed_letter"] = parse_letter(prediction, q.choices or [])
         if q.answer_letter is not None:
             record["correct"] = record["parsed_letter"] == q.answer_letter
@@ -697,6 +717,10 @@ def summarize(records: list[dict], *, selected: int | None = None) -> dict:
                 "model": judged[0]["judge"].get("model"),
             }
         summary["open_ended"] = block
+    for name, extra in (("forward", summarize_forward(records)), ("proactive", summarize_proactive(records))):
+        if extra is not None:
+            summary[name] = extra
+            summary["questions"][name] = extra["n"]
     ttft = [r["ttft_ms"] for r in records if r.get("ttft_ms") is not None]
     tpot = [r["tpot_ms"] for r in records if r.get("tpot_ms") is not None]
     summary["timing"] = {
