@@ -17,7 +17,7 @@ question is asked of the final memory; eager re-indexing by default, as in the H
 
 Every answer becomes one JSON record, appended to the results file as soon as it exists, so a run
 that stops can be resumed: questions already in the file are skipped (the file must have been
-written with the same settings). ``summarize`` aggregates records: multiple-choice accuracy
+written with the same settings). ``eval_summary`` aggregates records: multiple-choice accuracy
 overall, per task and per video-duration bucket; for open-ended sets the lenient match (and the
 judge's verdicts when one was asked).
 """
@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, TextIO
 
+from ..errors import HermesError
 from ..frames import Frame, FrameSource, SourceStats
 from ..settings import SettingsGroup, fingerprinted, settings_group
 from .annotations import AnnotationSet, Question, Video
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
 StreamFactory = Callable[[int], "StreamClient"]  # answer length → a fresh stream on the engine
 
 
-class EvalError(Exception):
+class EvalError(HermesError):
     """A problem with the run's inputs the user can fix (one line)."""
 
 
@@ -261,7 +262,7 @@ class NpyFrames:
         pass
 
 
-def open_frames(path: Path, video: Video, settings: EvalSettings, end_s: float | None) -> FrameSource:
+def open_question_video(path: Path, video: Video, settings: EvalSettings, end_s: float | None) -> FrameSource:
     """An iterable of frames (``image``, ``timestamp``) for a video, from its clip start to ``end_s``."""
     start = video.clip_start_s or 0.0
     if path.suffix.lower() == ".npy":
@@ -547,7 +548,7 @@ def run_job(job: Job, pending: list[Question], videos: dict[int, Video], setting
     asked = 0
     stream = None
     try:
-        frames = open_frames(path, video, settings, end)
+        frames = open_question_video(path, video, settings, end)
         stream = open_stream(max_new_tokens)
         if opened is not None:
             opened(stream)
@@ -671,7 +672,7 @@ def _groups(rows: list[dict], key: str) -> dict:
     return {k: _accuracy(v) for k, v in sorted(out.items())}
 
 
-def summarize(records: list[dict], *, selected: int | None = None) -> dict:
+def eval_summary(records: list[dict], *, selected: int | None = None) -> dict:
     """Aggregate records; depends on the records only, so a resumed run summarises the same.
 
     Accuracies are percentages (as the papers print them). ``lenient_match`` is this tool's
