@@ -363,3 +363,24 @@ def test_engine_mode_user_errors(app):
         result = runner.invoke(app, ["bench", "--model", "tiny", *args])
         assert isinstance(result.exception, HermesError), (args, result.output)
         assert needle in str(result.exception), (args, str(result.exception))
+
+
+def test_soak_streams_through_the_engine_and_accounts_for_every_frame():
+    """The soak benchmark, shortened: a stream of the engine fed by a thread while questions are
+    asked; every frame submitted ends in the memory and each question mark is recorded."""
+    import torch
+
+    from hermes_cli.bench.soak import parse_args, run_soak
+
+    threads = torch.get_num_threads()
+    try:
+        result = run_soak(parse_args(["--frames", "24", "--every", "8", "--baseline", "8", "--repeats", "1",
+                                      "--chunk", "4", "--budget", "24", "--quiet"]))
+    finally:
+        torch.set_num_threads(threads)  # the soak sets its own
+    assert result["checks"]["every_frame_in_memory"]
+    counts = result["counts"]
+    assert counts["frames_submitted"] == counts["frames_taken"] == counts["frames_seen"] == 24
+    assert counts["frames_dropped"] == 0 and counts["answers"] == 3  # one question at 8, 16 and 24 frames
+    assert [p["frames"] for p in result["points"]] == [8, 16, 24]
+    assert all(p["cache_tokens"] <= 24 for p in result["points"]) and result["chunk_ms_max"] > 0
