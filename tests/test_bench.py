@@ -310,6 +310,8 @@ def test_streams_records_one_per_count_with_aggregate_ingest_and_memory(app):
         # (no ordering of the two: the tiny model's memory is 100 kB, below the resident set's noise)
         assert r["rss_growth_per_stream_vs_kv"] == pytest.approx(
             r["memory_growth_per_stream"] / r["kv_bytes_per_stream"], rel=1e-3)
+        assert r["rss_growth_vs_kv_over_no_stream"] == pytest.approx(
+            (r["rss_bytes"] - r["baseline_memory_bytes"]) / r["streams"] / r["kv_bytes_per_stream"], rel=1e-3)
     one, three = records
     assert one["growth_reference"] == "no stream" and three["growth_reference"] == "one stream"
     assert one["kv_bytes_per_stream"] == three["kv_bytes_per_stream"]  # the same stream, three times

@@ -530,13 +530,15 @@ class StreamsRecord:
     memory_growth_per_stream: float  # (rss_bytes − that of the reference) / the streams added
     rss_growth_per_stream_vs_kv: float  # memory_growth_per_stream / kv_bytes_per_stream
     growth_reference: str  # "one stream" (the smallest count measured) or "no stream" (for that count)
+    rss_growth_vs_kv_over_no_stream: float  # (rss_bytes − baseline) / streams / kv_bytes_per_stream
     memory_kind: str = "rss"
     chunks: int = 0  # chunks prefilled, all streams
     policy: str = ""
 
     def to_json(self) -> dict:
         d = asdict(self)
-        for key in ("ingest_frames_per_s", "ingest_s", "memory_growth_per_stream", "rss_growth_per_stream_vs_kv"):
+        for key in ("ingest_frames_per_s", "ingest_s", "memory_growth_per_stream", "rss_growth_per_stream_vs_kv",
+                    "rss_growth_vs_kv_over_no_stream"):
             d[key] = round(d[key], 4)
         return d
 
@@ -640,7 +642,8 @@ def run_streams(adapter, counts: list[int], *, frames: int, policy: str, budget:
                 streams=n, frames=frames, ingest_frames_per_s=n * frames / elapsed, ingest_s=elapsed, rss_bytes=held,
                 baseline_memory_bytes=baseline, kv_bytes_per_stream=kv, cache_tokens=stats[0].cache.tokens,
                 memory_growth_per_stream=growth, rss_growth_per_stream_vs_kv=growth / kv if kv else math.nan,
-                growth_reference=label, memory_kind="gpu" if device.type == "cuda" else "rss",
+                growth_reference=label, rss_growth_vs_kv_over_no_stream=(held - baseline) / n / kv if kv else math.nan,
+                memory_kind="gpu" if device.type == "cuda" else "rss",
                 chunks=sum(len(chunk_reports(e)) for e in events), policy=policy,
             ))
             notify({"phase": "measured", "record": records[-1]})
