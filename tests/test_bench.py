@@ -287,3 +287,102 @@ def test_full_size_builds_tokenize_the_pseudo_queries_at_their_real_length():
         assert abs(len(whole(texts[name])["input_ids"]) - count) <= 0.1 * count + 1, name
         assert len(small(texts[name])["input_ids"]) > 1.5 * count, name
     assert len(whole("What is happening in the video?")["input_ids"]) == 7
+
+
+def test_streams_records_one_per_count_with_aggregate_ingest_and_memory(app):
+    """`--streams 1,3`: one record per stream count; every stream's frames reach its memory, the
+    streams hold equal caches, and the memory they add is read against their kv_bytes."""
+    from hermes_cli.bench.runner import STREAMS_FIELDS
+
+    result = runner.invoke(app, [
+        "bench", "--model", "tiny", "--frames", "8", "--policies", "hermes", "--budget", "16", "--chunk", "4",
+        "--size", "56x56", "--warmup", "1", "--streams", "1,3", "--json",
+    ])
+    assert result.exit_code == 0, result.output
+    records = json_lines(result.stdout)
+    assert [r["streams"] for r in records] == [1, 3]
+    for r in records:
+        assert set(STREAMS_FIELDS) <= set(r)
+        assert r["frames"] == 8 and r["ingest_frames_per_s"] > 0
+        assert r["ingest_frames_per_s"] == pytest.approx(r["streams"] * 8 / r["ingest_s"], rel=1e-3)
+        assert r["chunks"] == 2 * r["streams"]  # 8 frames in chunks of 4, on every stream
+        assert r["kv_bytes_per_stream"] > 0 and r["rss_bytes"] > 0 and r["baseline_memory_bytes"] > 0
+        # (no ordering of the two: the tiny model's memory is 100 kB, below the resident set's noise)
+        assert r["rss_growth_per_stream_vs_kv"] == pytest.approx(
+            r["memory_growth_per_stream"] / r["kv_bytes_per_stream"], rel=1e-3)
+        assert r["rss_growth_vs_kv_over_no_stream"] == pytest.approx(
+            (r["rss_bytes"] - r["baseline_memory_bytes"]) / r["streams"] / r["kv_bytes_per_stream"], rel=1e-3)
+    one, three = records
+    assert one["growth_reference"] == "no stream" and three["growth_reference"] == "one stream"
+    assert one["kv_bytes_per_stream"] == three["kv_bytes_per_stream"]  # the same stream, three times
+    assert three["memory_growth_per_stream"] == pytest.approx((three["rss_bytes"] - one["rss_bytes"]) / 2, abs=1)
+    assert "3 streams: ingest ×" in result.stderr and "its kv_bytes" in result.stderr
+
+
+def test_concurrent_questions_decode_b_answers_together(app, tiny_llava, monkeypatch):
+    """`--concurrent-questions 1,4`: one record per batch; every answer runs to --max-new-tokens,
+    and B answers decoded together are B rows of one step each (a step per token, not B)."""
+    from hermes_cli.bench.runner import DECODE_FIELDS, run_concurrent
+
+    result = runner.invoke(app, [
+        "bench", "--model", "tiny", "--frames", "4", "--policies", "fifo", "--budget", "16", "--chunk", "4",
+        "--size", "56x56", "--warmup", "0", "--max-new-tokens", "5", "--concurrent-questions", "1,4", "--json",
+    ])
+    assert result.exit_code == 0, result.output
+    records = json_lines(result.stdout)
+    assert [r["batch"] for r in records] == [1, 4]
+    for r in records:
+        assert set(DECODE_FIELDS) <= set(r)
+        assert r["decode_tokens"] == r["batch"] * 4  # 5 tokens each, the first from the question's prefill
+        assert r["decode_tokens_per_s"] > 0 and r["decode_s"] > 0 and r["max_new_tokens"] == 5
+    assert records[0]["speedup"] == 1.0
+    assert records[1]["speedup"] == pytest.approx(records[1]["decode_tokens_per_s"] / records[0]["decode_tokens_per_s"],
+                                                  rel=1e-3)
+    assert "batch 4: decode ×" in result.stderr
+
+    from hermes_cli.engine import decoding
+
+    steps: dict = {"rows": []}
+    real = decoding.BatchDecoder.step
+
+    def counting(self, decodes):
+        steps["rows"].append(len(decodes))
+        return real(self, decodes)
+
+    monkeypatch.setattr(decoding.BatchDecoder, "step", counting)
+    (record,) = run_concurrent(tiny_llava, [3], frames=4, policy="full", budget=None, chunk=2, max_new_tokens=6,
+                               warmup=0, make_frames=lambda k: synthetic_frames((56, 56), seed=k))
+    assert record.batch == 3 and record.decode_tokens == 15
+    assert steps["rows"] == [3] * 5  # every token after the first: one step of all three answers
+
+
+def test_engine_mode_user_errors(app):
+    from hermes_cli.errors import HermesError
+
+    for args, needle in [(["--streams", "0"], "--streams needs counts"), (["--streams", "a"], "--streams expects"),
+                         (["--streams", "1", "--concurrent-questions", "2"], "pass one of them"),
+                         (["--concurrent-questions", "2", "--questions", "3"], "--questions is a run of its own")]:
+        result = runner.invoke(app, ["bench", "--model", "tiny", *args])
+        assert isinstance(result.exception, HermesError), (args, result.output)
+        assert needle in str(result.exception), (args, str(result.exception))
+
+
+def test_soak_streams_through_the_engine_and_accounts_for_every_frame():
+    """The soak benchmark, shortened: a stream of the engine fed by a thread while questions are
+    asked; every frame submitted ends in the memory and each question mark is recorded."""
+    import torch
+
+    from hermes_cli.bench.soak import parse_args, run_soak
+
+    threads = torch.get_num_threads()
+    try:
+        result = run_soak(parse_args(["--frames", "24", "--every", "8", "--baseline", "8", "--repeats", "1",
+                                      "--chunk", "4", "--budget", "24", "--quiet"]))
+    finally:
+        torch.set_num_threads(threads)  # the soak sets its own
+    assert result["checks"]["every_frame_in_memory"]
+    counts = result["counts"]
+    assert counts["frames_submitted"] == counts["frames_taken"] == counts["frames_seen"] == 24
+    assert counts["frames_dropped"] == 0 and counts["answers"] == 3  # one question at 8, 16 and 24 frames
+    assert [p["frames"] for p in result["points"]] == [8, 16, 24]
+    assert all(p["cache_tokens"] <= 24 for p in result["points"]) and result["chunk_ms_max"] > 0

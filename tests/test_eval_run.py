@@ -77,22 +77,38 @@ def sampled_times(path: Path, fps: float) -> list[float]:
         return [f.timestamp for f in source]
 
 
-def test_streaming_asks_after_exactly_the_frames_up_to_end_time(bench, tiny_qwen):
-    from hermes_cli.engine.session import Session, SessionConfig
+@pytest.fixture
+def engine(tiny_qwen):
+    from hermes_cli.engine.core import Engine
+
+    with Engine(tiny_qwen) as running:
+        yield running
+
+
+def stream_factory(engine, policy: str, budget: int | None, opened: list):
+    """Fresh streams on ``engine``, as `hermes eval` opens them (the answer length per video)."""
+    from hermes_cli.engine.client import open_stream
+    from hermes_cli.engine.config import SessionConfig
     from policies import make_policy
 
+    def factory(max_new_tokens: int):
+        opened.append(max_new_tokens)
+        return open_stream(engine, make_policy(policy), SessionConfig(budget=budget, chunk_frames=CHUNK, fps=FPS,
+                                                                      history=False, max_new_tokens=max_new_tokens))
+
+    return factory
+
+
+def test_streaming_asks_after_exactly_the_frames_up_to_end_time(bench, engine):
     ann_path, videos = bench
     aset = load_annotations(ann_path)
     questions = select_questions(aset)
-    sessions = []
-
-    def factory():
-        sessions.append(Session(tiny_qwen, make_policy("hermes"), SessionConfig(budget=BUDGET, chunk_frames=CHUNK, fps=FPS, history=False)))
-        return sessions[-1]
-
+    opened: list[int] = []
     settings = EvalSettings(model="tiny", budget=BUDGET, fps=FPS, chunk=CHUNK, protocol="streaming", max_new_tokens=3)
-    records, report = run_eval(aset, questions, settings, factory, finder=VideoFinder(videos, ann_path.parent))
-    assert len(sessions) == 2  # street.mp4 streamed once for both of its entries; park once
+    records, report = run_eval(aset, questions, settings, stream_factory(engine, "hermes", BUDGET, opened),
+                               finder=VideoFinder(videos, ann_path.parent))
+    assert opened == [3, 3]  # street.mp4 streamed once for both of its entries; park once
+    assert engine.streams() == []  # each stream is closed when its video is done
     assert report.missing_questions == 1 and report.missing_videos == ["/remote/nowhere.mp4"]
     assert [r["qid"] for r in records] == ["street-1/0", "street-1/1", "street-1/2", "street-2/0", "park/0", "park/1"]
     times = {"street.mp4": sampled_times(videos / "street.mp4", FPS), "park.mp4": sampled_times(videos / "sub" / "park.mp4", FPS)}
@@ -113,21 +129,95 @@ def test_streaming_asks_after_exactly_the_frames_up_to_end_time(bench, tiny_qwen
             assert 0.0 <= r["lenient_match"] <= 1.0 and r["choices"] is None
         assert r["ttft_ms"] > 0 and r["answer_tokens"] <= 3
         assert max(r["cache"]["stream_tokens_per_layer"]) <= BUDGET  # asked of the memory under its budget
-    assert sessions[0].compressions > 0  # the budget was binding: answers came from a compressed memory
+    assert by_id["street-1/2"]["cache"]["compressions"] > 0  # the budget was binding: a compressed memory
 
 
-def test_offline_asks_after_the_whole_video(bench, tiny_qwen):
-    from hermes_cli.engine.session import Session, SessionConfig
-    from policies import make_policy
-
+def test_offline_asks_after_the_whole_video(bench, engine):
     ann_path, videos = bench
     aset = load_annotations(ann_path)
     settings = EvalSettings(model="tiny", policy="full", fps=1.0, chunk=CHUNK, reindex="eager", protocol="offline", max_new_tokens=2)
-    factory = lambda: Session(tiny_qwen, make_policy("full"), SessionConfig(budget=None, chunk_frames=CHUNK, fps=1.0, history=False))  # noqa: E731
+    factory = stream_factory(engine, "full", None, [])
     records, _ = run_eval(aset, select_questions(aset, ["color"]), settings, factory, finder=VideoFinder(videos, ann_path.parent))
     street = len(sampled_times(videos / "street.mp4", 1.0))
     assert [r["qid"] for r in records] == ["street-1/0", "street-1/1", "park/0"]
     assert records[0]["frames_seen"] == records[1]["frames_seen"] == street and records[0]["asked_at_s"] is None
+
+
+TIMINGS = ("ttft_ms", "tpot_ms", "memory")  # wall-clock readings: the only fields that may differ
+
+
+def test_streams_run_videos_at_once_with_the_same_results_in_the_same_order(bench, tmp_path, engine):
+    """`--streams 2` streams both videos on one engine at once; the results file is the one
+    `--streams 1` writes, record for record (timings aside), in the same order."""
+    ann_path, videos = bench
+    common = [str(ann_path), "--videos-dir", str(videos), "--model", "tiny", "--chunk", str(CHUNK), "--fps", "1",
+              "--policy", "hermes", "--budget", str(BUDGET), "--max-new-tokens", "3"]
+    files = {}
+    for n in (1, 2):
+        files[n] = tmp_path / f"streams{n}.jsonl"
+        result = invoke(*common, "--streams", str(n), "-o", str(files[n]))
+        assert result.exit_code == 0, result.output
+    one, two = ([json.loads(line) for line in files[n].read_text().splitlines()] for n in (1, 2))
+    assert [r["qid"] for r in one] == [r["qid"] for r in two]  # the order the questions were asked in, per video
+    assert sorted(r["qid"] for r in two) == ["park/0", "park/1", "street-1/0", "street-1/1", "street-1/2", "street-2/0"]
+    for a, b in zip(one, two, strict=True):
+        assert {k: v for k, v in a.items() if k not in TIMINGS} == {k: v for k, v in b.items() if k not in TIMINGS}
+    summaries = [json.loads((tmp_path / f"streams{n}.summary.json").read_text()) for n in (1, 2)]
+    assert summaries[0]["multiple_choice"] == summaries[1]["multiple_choice"]
+
+    # run_eval itself, three client threads on one engine: the streams really overlap
+    aset = load_annotations(ann_path)
+    settings = EvalSettings(model="tiny", budget=BUDGET, fps=FPS, chunk=CHUNK, protocol="streaming", max_new_tokens=3)
+    opens = stream_factory(engine, "hermes", BUDGET, [])
+    both_open = threading.Barrier(2, timeout=60)  # broken (and the run fails) unless two streams are open at once
+
+    def factory(max_new_tokens):
+        stream = opens(max_new_tokens)
+        both_open.wait()
+        return stream
+
+    records, _ = run_eval(aset, select_questions(aset), settings, factory, finder=VideoFinder(videos, ann_path.parent),
+                          streams=3)
+    by_qid = {r["qid"]: r for r in one}
+    for r in records:
+        assert r["prediction"] == by_qid[r["qid"]]["prediction"] and r["cache"] == by_qid[r["qid"]]["cache"]
+    assert engine.streams() == []
+
+
+def test_ctrl_c_with_two_streams_closes_them_keeps_the_records_and_resumes(bench, tmp_path, engine):
+    """Ctrl-C (a KeyboardInterrupt) while two videos stream: both streams are closed, every record
+    made so far is in the file, and rerunning answers exactly the rest."""
+    ann_path, videos = bench
+    aset = load_annotations(ann_path)
+    questions = select_questions(aset)
+    settings = EvalSettings(model="tiny", budget=BUDGET, fps=FPS, chunk=CHUNK, protocol="streaming", max_new_tokens=3)
+    finder = VideoFinder(videos, ann_path.parent)
+    out = tmp_path / "cut.jsonl"
+    calls = {"n": 0}
+
+    def interrupt_on_second(n, info):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_eval(aset, questions, settings, stream_factory(engine, "hermes", BUDGET, []), finder=finder, output=out,
+                 on_progress=interrupt_on_second, streams=2)
+    assert engine.streams() == []  # no stream left open on the engine
+    saved = [json.loads(line) for line in out.read_text().splitlines()]
+    assert 1 <= len(saved) < 6
+    records, report = run_eval(aset, questions, settings, stream_factory(engine, "hermes", BUDGET, []), finder=finder,
+                               output=out, streams=2)
+    assert report.skipped_done == len(saved) and report.answered == 6 - len(saved)
+    assert sorted(r["qid"] for r in records) == sorted(q.qid for q in questions if q.video_index != 3)
+    whole, _ = run_eval(aset, questions, settings, stream_factory(engine, "hermes", BUDGET, []), finder=finder)
+    assert {r["qid"]: r["prediction"] for r in records} == {r["qid"]: r["prediction"] for r in whole}
+
+
+def test_streams_must_be_positive(bench):
+    ann_path, videos = bench
+    result = invoke(str(ann_path), "--videos-dir", str(videos), "--model", "tiny", "--streams", "0")
+    assert isinstance(result.exception, HermesError) and "--streams must be positive" in str(result.exception)
 
 
 @pytest.fixture(autouse=True)

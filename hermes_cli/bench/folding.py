@@ -12,14 +12,14 @@ chunk, each variant from the same memory (rolled back in between), in rounds:
 
 Each round runs the four in turn; the first ``--warmup-rounds`` are not counted (the first run of
 each path pays first-touch memory costs). Prints the median seconds of each and their ratio to
-``plain``.
+``plain``. The memory is filled through a stream of the engine; the timing itself looks inside
+the stream, so it runs on the engine thread (``engine.measure.pseudo_query_variants``).
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 from ..settings import add_arguments
 
@@ -33,14 +33,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup-rounds", type=int, default=1, help="unmeasured rounds first (first-touch costs)")
     args = parser.parse_args(argv)
 
-    import torch
-
     from policies import make_policy
 
-    from ..engine.cache import KIND_VIDEO
-    from ..engine.compression import prefill_with_pseudo_queries, pseudo_query_attention, side_by_side_mask
-    from ..engine.prefill import prefill
-    from ..engine.session import Session, SessionConfig
+    from ..engine.client import open_stream
+    from ..engine.config import SessionConfig
+    from ..engine.core import Engine
+    from ..engine.measure import pseudo_query_variants
     from ..models.loading import load_model
     from .runner import bench_adapter, synthetic_frames
 
@@ -51,58 +49,26 @@ def main(argv: list[str] | None = None) -> None:
     else:
         adapter = load_model(args.model)
     adapter = bench_adapter(adapter, synthetic_vision=True)
-    session = Session(adapter, make_policy("full"), SessionConfig(budget=None, chunk_frames=args.chunk))
-    frames = synthetic_frames()
-    for _ in range(args.frames):
-        frame, ts = next(frames)
-        session.ingest([frame], [ts])
-    session.flush()
-    hermes = make_policy("hermes")
-    layers = hermes.attention_layers(adapter.num_layers)
-    texts = {name: text for name, text in hermes.pseudo_queries(()).items() if layers.get(name)}
-    cache, positions = session.cache, session.positions
-    chunk = adapter.encode(next(frames)[0][None].repeat(args.chunk, axis=0), session.units_seen)
-    where = positions.for_chunk(chunk, session.units_seen, bounded=False)
-    start = max(positions.next(), int(where.max()) + 1)
-    text_tokens = sum(adapter.tokens(t).shape[0] for t in texts.values())
-    print(f"{adapter.name}: memory {cache.length} tokens/layer, chunk {chunk.embeds.shape[1]} tokens, "
-          f"pseudo-queries {', '.join(texts)} ({text_tokens} tokens)", flush=True)
+    with Engine(adapter) as engine:
+        stream = open_stream(engine, make_policy("full"), SessionConfig(budget=None, chunk_frames=args.chunk))
+        frames = synthetic_frames()
+        for _ in range(args.frames):
+            frame, ts = next(frames)
+            stream.submit(frame, ts)
+        stream.flush()
 
-    def plain():
-        prefill(adapter, cache, chunk.embeds, where, KIND_VIDEO, chunk)
+        def on_start(facts: dict) -> None:
+            print(f"{adapter.name}: memory {facts['memory_tokens']} tokens/layer, chunk {facts['chunk_tokens']} tokens, "
+                  f"pseudo-queries {', '.join(facts['pseudo_queries'])} ({facts['pseudo_query_tokens']} tokens)",
+                  flush=True)
 
-    def folded():
-        prefill_with_pseudo_queries(adapter, cache, chunk, where, texts, start, layers)
-
-    def separate():
-        plain()
-        pseudo_query_attention(adapter, cache, texts, positions.next(), "forward", layers)
-
-    def eager():
-        plain()
-        ids = [adapter.tokens(t) for t in texts.values()]
-        sizes = [t.shape[0] for t in ids]
-        mask = side_by_side_mask(cache.length, sizes, adapter.dtype, adapter.device)
-        at = torch.cat([adapter.text_positions(positions.next(), n) for n in sizes])
-        inner = cache.mark()
-        _, weights = adapter.forward(adapter.embed(torch.cat(ids)), at, cache, attentions=True, attention_mask=mask)
-        [w[0].float().mean(dim=(0, 1)) for w in weights]  # what the old path then averaged
-        cache.rollback(inner)
-
-    variants = {"plain": plain, "folded": folded, "separate": separate, "eager": eager}
-    seconds: dict[str, list[float]] = {name: [] for name in variants}
-    for round_ in range(args.warmup_rounds + args.rounds):
-        warm = round_ < args.warmup_rounds
-        for name, run in variants.items():
-            mark = cache.mark()
-            t0 = time.perf_counter()
-            run()
-            elapsed = time.perf_counter() - t0
-            cache.rollback(mark)
-            if not warm:
-                seconds[name].append(elapsed)
-            label = "warm-up" if warm else f"round {round_ + 1 - args.warmup_rounds}"
+        def on_time(label: str, name: str, elapsed: float) -> None:
             print(f"  {label} {name:>8}: {elapsed:.2f} s", flush=True)
+
+        measured = engine.call(stream.id, pseudo_query_variants(next(frames)[0], args.chunk, args.rounds,
+                                                                args.warmup_rounds, on_time, on_start))
+        stream.close()
+    seconds = measured["seconds"]
     base = statistics.median(seconds["plain"])
     for name, values in seconds.items():
         m = statistics.median(values)

@@ -26,3 +26,15 @@ def policy_names(text: str) -> list[str]:
     if not names:
         raise ValueError("--policies needs at least one policy name")
     return list(dict.fromkeys(names))
+
+
+def parse_counts(text: str, flag: str, most: int = 64) -> list[int]:
+    """``"1,4"`` → [1, 4] (sorted, without repeats): stream counts or batch sizes for ``flag``."""
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        raise ValueError(f"{flag} expects a comma-separated list of counts such as 1,4; got {text!r}") from None
+    if not values or any(v < 1 or v > most for v in values):
+        raise ValueError(f"{flag} needs counts from 1 to {most}, got {text!r}")
+    return sorted(set(values))

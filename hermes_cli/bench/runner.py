@@ -1,10 +1,20 @@
-"""Benchmarks: how time to first token and memory behave as a stream grows, per memory policy.
+"""Benchmarks: how time to first token and memory behave as a stream grows, per memory policy;
+and how one engine serves many streams at once.
+
+Every benchmark is a client of the engine (``engine.core.Engine``: the thread that runs the
+model): it opens streams, submits frames (read ahead into the stream's bounded queue while the
+engine prefills) and asks questions. What only the session knows (the cache's exact size, a
+gate that holds the engine thread) is read through ``engine.measure`` on the engine thread.
 
 For each policy, ONE stream is fed frame by frame; at each step (e.g. 16, 64, 256, 512 frames)
-the stream pauses and the same question is answered ``warmup`` + ``repeats`` times with
-``Session.answer`` — which leaves the cache exactly as it was — and the medians are recorded.
+the stream pauses and the same question is answered ``warmup`` + ``repeats`` times — an answer
+leaves the cache exactly as it was — and the medians are recorded.
 The stream then continues to the next step: lengths are measured on one continuing stream, not
 by restarting per length, so a step costs only the frames since the previous one.
+
+``run_streams`` (``hermes bench --streams 1,4``): N streams fed at once, one client thread each;
+the aggregate ingest speed and the resident memory N streams add. ``run_concurrent``
+(``--concurrent-questions 1,8``): B streams each with an open answer, decoded together.
 
 Each record holds: ``ttft_ms`` (question in → first token out, median), ``tpot_ms`` (time per
 output token after the first, median; answers always run to ``max_new_tokens``: end-of-sequence
@@ -21,6 +31,7 @@ over those chunks).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import os
@@ -215,23 +226,40 @@ def median(values: Iterable[float | None]) -> float | None:
     return statistics.median(kept) if kept else None
 
 
-def measure_answers(session, question: str, *, repeats: int, warmup: int, max_new_tokens: int):
-    """(median TTFT ms, median TPOT ms, TTFT samples): warm-up answers first, then ``repeats``.
+def measure_answers(stream, question: str, *, repeats: int, warmup: int, max_new_tokens: int):
+    """(median TTFT ms, median TPOT ms, TTFT samples): warm-up answers first, then ``repeats``,
+    asked of ``stream`` (an engine client).
 
     Every answer leaves the cache as it was; this is checked.
     """
-    before = (session.cache.length, session.cache.kv_bytes(), session.cache.next_id)
+    from ..engine.measure import cache_mark
+
+    before = stream.engine.call(stream.id, cache_mark)
     for _ in range(warmup):
-        session.answer(question, max_new_tokens=max_new_tokens)
+        stream.answer(question, max_new_tokens=max_new_tokens)
     ttft, tpot = [], []
     for _ in range(repeats):
-        a = session.answer(question, max_new_tokens=max_new_tokens)
+        a = stream.answer(question, max_new_tokens=max_new_tokens)
         ttft.append(a.ttft_ms)
         tpot.append(a.tpot_ms)
-    after = (session.cache.length, session.cache.kv_bytes(), session.cache.next_id)
+    after = stream.engine.call(stream.id, cache_mark)
     if before != after:  # pragma: no cover - guarded by the session's own tests
         raise RuntimeError(f"answering changed the cache: {before} → {after}")
     return median(ttft), median(tpot), [t for t in ttft if t is not None]
+
+
+def chunk_reports(events) -> list[dict]:
+    """The ``chunk`` events waiting in a stream's subscription queue (each a chunk's report)."""
+    import queue
+
+    found = []
+    while True:
+        try:
+            event = events.get_nowait()
+        except queue.Empty:
+            return found
+        if event.kind == "chunk":
+            found.append(event.data)
 
 
 ProgressFn = Callable[[dict], None]
@@ -247,26 +275,32 @@ class BenchInterrupted(HermesError):
         self.records = records
 
 
-def run_policy(adapter, policy_name: str, steps: list[int], *, budget: int | None, chunk: int, fps: float,
+def run_policy(engine, policy_name: str, steps: list[int], *, budget: int | None, chunk: int, fps: float,
                frames: Iterator[tuple[np.ndarray, float]], repeats: int, warmup: int, max_new_tokens: int,
                question: str = DEFAULT_QUESTION, policy_options: dict | None = None,
                progress: ProgressFn | None = None, records: list[BenchRecord] | None = None,
                pseudo_query: str = defaults.PSEUDO_QUERY) -> list[BenchRecord]:
-    """One continuing stream under ``policy_name``, paused at each step to answer; a record per step.
+    """One continuing stream on ``engine`` under ``policy_name``, paused at each step to answer;
+    a record per step.
 
-    Records are appended to ``records`` (if given) as soon as they are measured, so a caller
-    interrupted by Ctrl-C still has them.
+    Frames are read here and submitted to the stream's queue (bounded: two chunks), so reading
+    the next chunk overlaps the engine's prefill of this one. Records are appended to
+    ``records`` (if given) as soon as they are measured, so a caller interrupted by Ctrl-C still
+    has them.
     """
     from policies import make_policy
 
-    from ..engine.session import Session, SessionConfig
+    from ..engine.client import open_stream
+    from ..engine.config import SessionConfig
+    from ..engine.measure import cache_mark
 
-    device = adapter.device
+    device = engine.adapter.device
     config = SessionConfig(budget=budget, chunk_frames=chunk, fps=fps, max_new_tokens=max_new_tokens, history=False,
                            pseudo_query=pseudo_query)
     reset_peak_memory(device)
     baseline = current_memory_bytes(device)
-    session = Session(adapter, make_policy(policy_name, **(policy_options or {})), config)
+    stream = open_stream(engine, make_policy(policy_name, **(policy_options or {})), config)
+    events = stream.subscribe()
     records = [] if records is None else records
     first = len(records)
     fed = 0
@@ -274,7 +308,8 @@ def run_policy(adapter, policy_name: str, steps: list[int], *, budget: int | Non
     notify = progress or (lambda event: None)
     try:
         for step in steps:
-            reports, ingest_s, decode_s, seg_frames = [], 0.0, 0.0, 0
+            decode_s, seg_frames = 0.0, 0
+            started = time.perf_counter()
             while fed < step:
                 t0 = time.perf_counter()
                 try:
@@ -283,82 +318,94 @@ def run_policy(adapter, policy_name: str, steps: list[int], *, budget: int | Non
                     raise ValueError(
                         f"the video ran out after {fed} frames at {fps:g} fps; ask for fewer --frames or a higher --fps"
                     ) from None
-                t1 = time.perf_counter()
-                reports += session.ingest([frame], [ts])
-                t2 = time.perf_counter()
-                decode_s += t1 - t0
-                ingest_s += t2 - t0
+                decode_s += time.perf_counter() - t0
+                stream.submit(frame, ts)  # waits while two chunks are queued (bounded read-ahead)
                 fed += 1
                 seg_frames += 1
                 notify({"phase": "ingest", "policy": policy_name, "frames": fed, "step": step})
-            t0 = time.perf_counter()
-            last = session.flush()  # a step that is not a whole number of chunks ends its partial chunk
-            ingest_s += time.perf_counter() - t0
-            if last is not None:
-                reports.append(last)
-            stream_tokens += sum(r.tokens for r in reports)
+            stream.flush()  # a step that is not a whole number of chunks ends its partial chunk
+            ingest_s = time.perf_counter() - started
+            reports = chunk_reports(events)
+            stream_tokens += sum(r["tokens"] for r in reports)
             notify({"phase": "answer", "policy": policy_name, "frames": fed, "step": step})
-            ttft, tpot, samples = measure_answers(session, question, repeats=repeats, warmup=warmup,
+            ttft, tpot, samples = measure_answers(stream, question, repeats=repeats, warmup=warmup,
                                                   max_new_tokens=max_new_tokens)
             peak, kind = peak_memory_bytes(device)
-            prefill = sum(r.prefill_ms for r in reports)
-            compress = sum(r.compress_ms for r in reports)
+            cache_tokens, kv_bytes, _ = engine.call(stream.id, cache_mark)
+            prefill = sum(r["prefill_ms"] for r in reports)
+            compress = sum(r["compress_ms"] for r in reports)
             records.append(BenchRecord(
                 policy=policy_name,
                 frames=fed,
                 ttft_ms=ttft if ttft is not None else math.nan,
                 tpot_ms=tpot,
                 peak_memory_bytes=peak,
-                kv_bytes=session.cache.kv_bytes(),
-                cache_tokens=session.cache.length,
+                kv_bytes=kv_bytes,
+                cache_tokens=cache_tokens,
                 ingest_ms_per_frame=ingest_s * 1e3 / max(seg_frames, 1),
                 compress_ms_per_chunk=compress / max(len(reports), 1),
                 compress_fraction=compress / prefill if prefill > 0 else 0.0,
                 stream_tokens=stream_tokens,
                 memory_kind=kind,
-                compressions=session.compressions,
+                compressions=stream.stats().cache.compressions,
                 ttft_samples_ms=samples,
                 chunks=len(reports),
-                folded_chunks=sum(r.folded for r in reports),
+                folded_chunks=sum(bool(r["folded"]) for r in reports),
                 prefill_ms_total=prefill,
                 compress_ms_total=compress,
                 ingest_s=ingest_s,
                 stream_s=seg_frames / fps,
                 decode_ms_total=decode_s * 1e3,
-                encode_ms_total=sum(r.encode_ms for r in reports),
-                pseudo_query_ms_total=sum(r.pseudo_query_ms for r in reports),
+                encode_ms_total=sum(r["encode_ms"] for r in reports),
+                pseudo_query_ms_total=sum(r["pseudo_query_ms"] for r in reports),
                 baseline_memory_bytes=baseline,
             ))
             notify({"phase": "measured", "policy": policy_name, "frames": fed, "step": step, "record": records[-1]})
     finally:
-        del session
+        _close(stream)
         release_free_memory()
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return records[first:]
 
 
-def warm_up(adapter, chunk: int, frames: Iterator[tuple[np.ndarray, float]], fps: float) -> None:
+def _close(stream) -> None:
+    """Close a benchmark's stream (its memory is freed); an engine that stopped has nothing to free."""
+    from ..engine.client import EngineStopped
+
+    with contextlib.suppress(EngineStopped):
+        stream.close()
+
+
+def warm_up(engine, chunk: int, frames: Iterator[tuple[np.ndarray, float]], fps: float) -> None:
     """Stream one unmeasured chunk and answer once, then forget it all, so that the first policy
     does not pay the model's first-run costs (thread pools, kernel selection, allocator growth)
     that the others are spared."""
     from policies import make_policy
 
-    from ..engine.session import Session, SessionConfig
+    from ..engine.client import open_stream
+    from ..engine.config import SessionConfig
 
-    session = Session(adapter, make_policy("full"), SessionConfig(budget=None, chunk_frames=chunk, fps=fps,
-                                                                   max_new_tokens=2, history=False))
+    stream = open_stream(engine, make_policy("full"), SessionConfig(budget=None, chunk_frames=chunk, fps=fps,
+                                                                     max_new_tokens=2, history=False))
     try:
         for _ in range(chunk):
             frame, ts = next(frames)
-            session.ingest([frame], [ts])
-        session.flush()
-        measure_answers(session, DEFAULT_QUESTION, repeats=1, warmup=0, max_new_tokens=2)
+            stream.submit(frame, ts)
+        stream.flush()
+        measure_answers(stream, DEFAULT_QUESTION, repeats=1, warmup=0, max_new_tokens=2)
     except StopIteration:
         pass  # a stream shorter than a chunk: the measured steps will say so
     finally:
-        del session
+        _close(stream)
         release_free_memory()
+
+
+def start_engine(adapter, synthetic_vision: bool = False):
+    """An engine (started) on ``adapter`` as the benchmark drives it (``bench_adapter``)."""
+    from ..engine.core import Engine
+
+    return Engine(bench_adapter(adapter, synthetic_vision)).start()
 
 
 def run_bench(adapter, policies: list[str], steps: list[int], *, budget: int | None, chunk: int = 16,
@@ -369,9 +416,10 @@ def run_bench(adapter, policies: list[str], steps: list[int], *, budget: int | N
               pseudo_query: str = defaults.PSEUDO_QUERY) -> list[BenchRecord]:
     """Benchmark each policy on one growing stream; records in policy order, then stream length.
 
-    With ``warmup``, one unmeasured chunk is streamed first (``warm_up``). ``frames`` makes a
-    fresh (frame, timestamp) iterator per policy (default: synthetic frames at ``fps``); ``synthetic_vision`` skips the vision tower (random embeddings, real layout).
-    Ctrl-C raises ``BenchInterrupted`` carrying the records measured so far.
+    One engine serves every policy's stream in turn. With ``warmup``, one unmeasured chunk is
+    streamed first (``warm_up``). ``frames`` makes a fresh (frame, timestamp) iterator per policy
+    (default: synthetic frames at ``fps``); ``synthetic_vision`` skips the vision tower (random
+    embeddings, real layout). Ctrl-C raises ``BenchInterrupted`` carrying the records measured so far.
     """
     if repeats < 1:
         raise ValueError("--repeats must be at least 1")
@@ -380,27 +428,23 @@ def run_bench(adapter, policies: list[str], steps: list[int], *, budget: int | N
     if max_new_tokens < 1:
         raise ValueError("--max-new-tokens must be at least 1")
     steps = sorted(set(steps))
-    driven = bench_adapter(adapter, synthetic_vision)
     make_frames = frames or (lambda: synthetic_frames(fps=fps))
     records: list[BenchRecord] = []
-    from ..app.prefetch import prefetched
-
+    engine = start_engine(adapter, synthetic_vision)
     try:
         if warmup:
-            warm_up(driven, chunk, make_frames(), fps)
+            warm_up(engine, chunk, make_frames(), fps)
         for name in policies:
-            source = prefetched(make_frames(), chunk)  # the next chunk decodes while this one prefills
-            try:
-                run_policy(
-                    driven, name, steps, budget=budget, chunk=chunk, fps=fps, frames=source,
-                    repeats=repeats, warmup=warmup, max_new_tokens=max_new_tokens, question=question,
-                    policy_options=(policy_options or {}).get(name), progress=progress, records=records,
-                    pseudo_query=pseudo_query,
-                )
-            finally:
-                source.close()
+            run_policy(
+                engine, name, steps, budget=budget, chunk=chunk, fps=fps, frames=make_frames(),
+                repeats=repeats, warmup=warmup, max_new_tokens=max_new_tokens, question=question,
+                policy_options=(policy_options or {}).get(name), progress=progress, records=records,
+                pseudo_query=pseudo_query,
+            )
     except KeyboardInterrupt:
         raise BenchInterrupted(records) from None
+    finally:
+        engine.stop()
     return records
 
 
@@ -440,26 +484,286 @@ def run_questions(adapter, count: int, *, frames_before: int, policy: str, budge
     remembered (history on): TTFT per question. Ctrl-C raises ``BenchInterrupted``."""
     from policies import make_policy
 
-    from ..engine.session import Session, SessionConfig
+    from ..engine.client import open_stream
+    from ..engine.config import SessionConfig
 
     config = SessionConfig(budget=budget, chunk_frames=chunk, fps=fps, max_new_tokens=max_new_tokens,
                            history_tokens=history_tokens, history_kv=history_kv)
-    session = Session(bench_adapter(adapter, synthetic_vision), make_policy(policy), config)
     notify = progress or (lambda event: None)
     records = [] if records is None else records
+    engine = start_engine(adapter, synthetic_vision)
     try:
+        stream = open_stream(engine, make_policy(policy), config)
         for i in range(frames_before):
             frame, ts = next(frames)
-            session.ingest([frame], [ts])
+            stream.submit(frame, ts)
             notify({"phase": "ingest", "frames": i + 1})
-        session.flush()
+        stream.flush()
         for i in range(count):
-            a = session.answer(question)
+            a = stream.answer(question)
             records.append(QuestionRecord(i + 1, a.ttft_ms or math.nan, a.prompt_tokens, a.context_tokens))
             notify({"phase": "measured", "record": records[-1]})
     except KeyboardInterrupt:
         raise BenchInterrupted(records) from None
+    finally:
+        engine.stop()
     return records
+
+
+# -- many streams on one engine ---------------------------------------------------------------------------
+STREAMS_FIELDS = ("streams", "frames", "ingest_frames_per_s", "rss_bytes", "kv_bytes_per_stream",
+                  "rss_growth_per_stream_vs_kv")
+
+
+@dataclass
+class StreamsRecord:
+    """N streams fed at once on one engine (``hermes bench --streams``)."""
+
+    streams: int
+    frames: int  # per stream
+    ingest_frames_per_s: float  # all streams' frames / the wall time until every one was in the memory
+    ingest_s: float
+    rss_bytes: int  # memory with the N streams open and full (process RSS; GPU: allocated bytes)
+    baseline_memory_bytes: int  # the same with no stream open (weights, runtime)
+    kv_bytes_per_stream: int  # the keys and values one stream holds (mean over the N)
+    cache_tokens: int  # tokens per layer of one stream
+    memory_growth_per_stream: float  # (rss_bytes − that of the reference) / the streams added
+    rss_growth_per_stream_vs_kv: float  # memory_growth_per_stream / kv_bytes_per_stream
+    growth_reference: str  # "one stream" (the smallest count measured) or "no stream" (for that count)
+    rss_growth_vs_kv_over_no_stream: float  # (rss_bytes − baseline) / streams / kv_bytes_per_stream
+    memory_kind: str = "rss"
+    chunks: int = 0  # chunks prefilled, all streams
+    policy: str = ""
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        for key in ("ingest_frames_per_s", "ingest_s", "memory_growth_per_stream", "rss_growth_per_stream_vs_kv",
+                    "rss_growth_vs_kv_over_no_stream"):
+            d[key] = round(d[key], 4)
+        return d
+
+
+def settled_memory_bytes(device: torch.device) -> int:
+    """Memory held now, after freed memory is handed back (``release_free_memory``)."""
+    release_free_memory()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return current_memory_bytes(device)
+
+
+def feed_streams(streams: list, frames: list[Iterator[tuple[np.ndarray, float]]], count: int) -> float:
+    """Feed ``count`` frames into each stream at once (a client thread per stream) and flush; the
+    wall seconds until the last stream's frames are all in its memory."""
+    import threading
+
+    start = threading.Barrier(len(streams) + 1)
+    failures: list[BaseException] = []
+
+    def feed(stream, source) -> None:
+        try:
+            start.wait()
+            for _ in range(count):
+                frame, ts = next(source)
+                stream.submit(frame, ts)
+            stream.flush()
+        except BaseException as exc:  # reported by the caller
+            failures.append(exc)
+
+    threads = [threading.Thread(target=feed, args=(s, f), name=f"bench-feed-{i}", daemon=True)
+               for i, (s, f) in enumerate(zip(streams, frames, strict=True))]
+    for t in threads:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    if failures:
+        raise failures[0]
+    return elapsed
+
+
+def open_bench_streams(engine, n: int, *, policy: str, budget: int | None, chunk: int, fps: float,
+                       max_new_tokens: int, pseudo_query: str = defaults.PSEUDO_QUERY) -> list:
+    from policies import make_policy
+
+    from ..engine.client import open_stream
+    from ..engine.config import SessionConfig
+
+    config = SessionConfig(budget=budget, chunk_frames=chunk, fps=fps, max_new_tokens=max_new_tokens, history=False,
+                           pseudo_query=pseudo_query)
+    return [open_stream(engine, make_policy(policy), config) for _ in range(n)]
+
+
+def run_streams(adapter, counts: list[int], *, frames: int, policy: str, budget: int | None, chunk: int,
+                fps: float = 1.0, make_frames: Callable[[int], Iterator[tuple[np.ndarray, float]]] | None = None,
+                synthetic_vision: bool = False, warmup: int = 1, pseudo_query: str = defaults.PSEUDO_QUERY,
+                progress: ProgressFn | None = None, records: list[StreamsRecord] | None = None) -> list[StreamsRecord]:
+    """For each N in ``counts``: N streams on one engine, each fed ``frames`` frames at once by its
+    own client thread; the aggregate ingest speed, and the memory the N streams hold.
+
+    Memory is read with the streams open after their last chunk, freed memory handed back first;
+    for the smallest count it is compared with the engine holding no stream, for the others with
+    the smallest count (``growth_reference``) — the growth per stream added, against the keys and
+    values one stream holds. ``make_frames(k)``: stream k's frames (default synthetic, seed k).
+    Ctrl-C raises ``BenchInterrupted``.
+    """
+    counts = sorted(set(counts))
+    make = make_frames or (lambda k: synthetic_frames(fps=fps, seed=k))
+    notify = progress or (lambda event: None)
+    records = [] if records is None else records
+    engine = start_engine(adapter, synthetic_vision)
+    device = engine.adapter.device
+    try:
+        if warmup:
+            warm_up(engine, chunk, make(0), fps)
+        baseline = settled_memory_bytes(device)
+        reference: tuple[int, int] | None = None  # (streams, memory) of the smallest count
+        for n in counts:
+            notify({"phase": "ingest", "streams": n})
+            streams = open_bench_streams(engine, n, policy=policy, budget=budget, chunk=chunk, fps=fps,
+                                         max_new_tokens=2, pseudo_query=pseudo_query)
+            events = [s.subscribe() for s in streams]
+            try:
+                elapsed = feed_streams(streams, [make(k) for k in range(n)], frames)
+                stats = [s.fresh_stats() for s in streams]
+                held = settled_memory_bytes(device)
+            finally:
+                for s in streams:
+                    _close(s)
+            kv = int(statistics.fmean(st.cache.kv_bytes for st in stats))
+            if reference is None:
+                growth, label = (held - baseline) / n, "no stream"
+                reference = (n, held)
+            else:
+                growth, label = (held - reference[1]) / (n - reference[0]), "one stream" if reference[0] == 1 \
+                    else f"{reference[0]} streams"
+            records.append(StreamsRecord(
+                streams=n, frames=frames, ingest_frames_per_s=n * frames / elapsed, ingest_s=elapsed, rss_bytes=held,
+                baseline_memory_bytes=baseline, kv_bytes_per_stream=kv, cache_tokens=stats[0].cache.tokens,
+                memory_growth_per_stream=growth, rss_growth_per_stream_vs_kv=growth / kv if kv else math.nan,
+                growth_reference=label, rss_growth_vs_kv_over_no_stream=(held - baseline) / n / kv if kv else math.nan,
+                memory_kind="gpu" if device.type == "cuda" else "rss",
+                chunks=sum(len(chunk_reports(e)) for e in events), policy=policy,
+            ))
+            notify({"phase": "measured", "record": records[-1]})
+            release_free_memory()
+    except KeyboardInterrupt:
+        raise BenchInterrupted(records) from None
+    finally:
+        engine.stop()
+    return records
+
+
+DECODE_FIELDS = ("batch", "decode_tokens_per_s")
+
+
+@dataclass
+class DecodeRecord:
+    """B streams, each with an open answer, decoded together (``hermes bench --concurrent-questions``)."""
+
+    batch: int
+    decode_tokens_per_s: float  # tokens after each answer's first / the wall time spent decoding them
+    decode_tokens: int
+    decode_s: float  # wall time from the first answer's start to the last answer's end, minus the starts
+    start_s: float  # the B answers' starts (question prefill and first token: one at a time)
+    tpot_ms_mean: float  # per answer: time per token after the first
+    ttft_ms_mean: float
+    cache_tokens: int  # tokens per layer of each stream (the same for all)
+    max_new_tokens: int
+    frames: int  # per stream, before the question
+    speedup: float = 1.0  # decode_tokens_per_s over that of the smallest batch measured
+    policy: str = ""
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        for key in ("decode_tokens_per_s", "decode_s", "start_s", "tpot_ms_mean", "ttft_ms_mean", "speedup"):
+            d[key] = round(d[key], 4)
+        return d
+
+
+def run_concurrent(adapter, batches: list[int], *, frames: int, policy: str, budget: int | None, chunk: int,
+                   fps: float = 1.0, max_new_tokens: int = 16, question: str = DEFAULT_QUESTION,
+                   make_frames: Callable[[int], Iterator[tuple[np.ndarray, float]]] | None = None,
+                   synthetic_vision: bool = False, warmup: int = 1, pseudo_query: str = defaults.PSEUDO_QUERY,
+                   progress: ProgressFn | None = None, records: list[DecodeRecord] | None = None) -> list[DecodeRecord]:
+    """For each B in ``batches``: B streams of ``frames`` frames each, then one question on every
+    stream at once; the engine decodes the B open answers together (batched decode).
+
+    The engine thread is held (``engine.measure.hold``) while the B questions are queued, so all
+    B start back to back (a start is one question's prefill and first token, stream by stream)
+    and every later token comes from a batched step of all B. ``decode_tokens_per_s`` counts
+    those later tokens over the wall time of the run minus the starts' own time. End of sequence
+    is ignored: every answer has ``max_new_tokens`` tokens. Ctrl-C raises ``BenchInterrupted``.
+    """
+    from ..engine.measure import hold
+
+    batches = sorted(set(batches))
+    make = make_frames or (lambda k: synthetic_frames(fps=fps, seed=k))
+    notify = progress or (lambda event: None)
+    records = [] if records is None else records
+    engine = start_engine(adapter, synthetic_vision)
+    if max(batches) > engine.max_batch:
+        engine.max_batch = max(batches)
+    try:
+        if warmup:
+            warm_up(engine, chunk, make(0), fps)
+        for b in batches:
+            notify({"phase": "ingest", "batch": b})
+            streams = open_bench_streams(engine, b, policy=policy, budget=budget, chunk=chunk, fps=fps,
+                                         max_new_tokens=max_new_tokens, pseudo_query=pseudo_query)
+            try:
+                feed_streams(streams, [make(k) for k in range(b)], frames)
+                if warmup:  # one unmeasured batch: the batched path's first-run costs
+                    _decode_together(engine, streams, question, 2, hold)
+                notify({"phase": "answer", "batch": b})
+                wall, answers = _decode_together(engine, streams, question, max_new_tokens, hold)
+                cache_tokens = streams[0].fresh_stats().cache.tokens
+            finally:
+                for s in streams:
+                    _close(s)
+            start_s = sum((a.ttft_ms or 0.0) for a in answers) / 1e3
+            tokens = sum(max(0, len(a.tokens) - 1) for a in answers)
+            decode_s = max(wall - start_s, 1e-9)
+            rate = tokens / decode_s
+            records.append(DecodeRecord(
+                batch=b, decode_tokens_per_s=rate, decode_tokens=tokens, decode_s=decode_s, start_s=start_s,
+                tpot_ms_mean=statistics.fmean(a.tpot_ms or 0.0 for a in answers),
+                ttft_ms_mean=statistics.fmean(a.ttft_ms or 0.0 for a in answers), cache_tokens=cache_tokens,
+                max_new_tokens=max_new_tokens, frames=frames,
+                speedup=rate / records[0].decode_tokens_per_s if records else 1.0, policy=policy,
+            ))
+            notify({"phase": "measured", "record": records[-1]})
+            release_free_memory()
+    except KeyboardInterrupt:
+        raise BenchInterrupted(records) from None
+    finally:
+        engine.stop()
+    return records
+
+
+def _decode_together(engine, streams: list, question: str, max_new_tokens: int, hold) -> tuple[float, list]:
+    """Queue one question per stream while the engine thread is held, release it, read every
+    answer to its end: (wall seconds from the release, the answers)."""
+    import threading
+
+    gate, held = threading.Event(), threading.Event()
+    holder = threading.Thread(target=engine.call, args=(streams[0].id, hold(gate, held)), daemon=True)
+    holder.start()
+    held.wait(60)
+    try:
+        handles = [s.ask(question, max_new_tokens=max_new_tokens) for s in streams]
+    finally:
+        t0 = time.perf_counter()
+        gate.set()
+    answers = []
+    for handle in handles:
+        for _ in handle:
+            pass
+        answers.append(handle.answer)
+    wall = time.perf_counter() - t0
+    holder.join()
+    return wall, answers
 
 
 # -- summaries ---------------------------------------------------------------------------------------------

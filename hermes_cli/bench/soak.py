@@ -1,12 +1,12 @@
-"""Soak benchmark: a long stream through the session worker, with questions asked as it runs.
+"""Soak benchmark: a long stream through the engine, with questions asked as it runs.
 
     python -m hermes_cli.bench.soak --frames 10000 --budget 256 --every 500
 
 A feeder thread submits synthetic frames (a square moving over noise, generated one at a time so
-the frames themselves take no memory) to a ``SessionWorker`` as fast as the model takes them;
+the frames themselves take no memory) to a stream of the engine (``engine.core.Engine``) as fast as the model takes them;
 every ``--every`` frames the main thread asks a question (``--repeats`` times) while ingestion
 goes on. At each question it records the process's resident memory, the cache size, the answer's time to first
-token (decoding only) and how long the question waited for the worker (the chunk in flight).
+token (decoding only) and how long the question waited for the engine (the chunk in flight).
 
 Checks (exit status 1 if one fails): a question waits for at most the chunk in flight (with
 slack for scheduling); the resident memory at the end is within ``--rss-tolerance``
@@ -31,10 +31,10 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from ..engine.client import open_stream
 from ..engine.config import SessionConfig
+from ..engine.core import Engine
 from ..engine.readouts import rss_bytes
-from ..engine.session import Session
-from ..engine.worker import SessionWorker
 from ..settings import add_arguments
 
 # The session settings the soak takes (flags, types and help from the schema), at the soak's defaults.
@@ -53,7 +53,7 @@ class SoakPoint:
     kv_bytes: int
     rss_bytes: int
     ttft_ms: float  # decoding only; the median of the question's repeats
-    wait_ms: float  # from ask() to the first piece, minus the TTFT (time queued behind the worker); the max
+    wait_ms: float  # from ask() to the first piece, minus the TTFT (time queued behind the engine); the max
 
 
 def synthetic_frame(i: int, size: int) -> np.ndarray:
@@ -75,22 +75,30 @@ def run_soak(args: argparse.Namespace) -> dict:
     adapter = load_model(args.model, device=args.device, dtype=args.dtype)
     config = SessionConfig(budget=args.budget, chunk_frames=args.chunk, fps=args.fps,
                            max_new_tokens=args.max_new_tokens, history=args.history)
-    worker = SessionWorker(Session(adapter, make_policy(args.policy), config)).start()
+    engine = Engine(adapter).start()
+    stream = open_stream(engine, make_policy(args.policy), config)
+    events = stream.subscribe()
     marks = {k: threading.Event() for k in range(args.every, args.frames + 1, args.every)}
     baseline_mark = threading.Event()
     failure: list[BaseException] = []
-    chunk_ms: list[float] = []  # written by the feeder only
+    chunk_ms: list[float] = []  # written by the feeder only (from the stream's chunk events)
+
+    def chunks_done() -> None:
+        chunk_ms.extend(e.data["prefill_ms"] + e.data["compress_ms"] for e in _drain(events) if e.kind == "chunk")
 
     def feed() -> None:
         try:
             for i in range(args.frames):
-                for report in worker.ingest([synthetic_frame(i, args.size)], [i / args.fps]):
-                    chunk_ms.append(report.prefill_ms + report.compress_ms)
+                stream.submit(synthetic_frame(i, args.size), i / args.fps)
+                chunks_done()
+                if i + 1 == args.baseline or i + 1 in marks:
+                    stream.ingest([], [])  # wait until every frame so far is taken (the mark is reached)
                 if i + 1 == args.baseline:
                     baseline_mark.set()
                 if i + 1 in marks:
                     marks[i + 1].set()
-            worker.flush()
+            stream.flush()
+            chunks_done()
         except BaseException as exc:  # reported by the main thread
             failure.append(exc)
             for event in (baseline_mark, *marks.values()):
@@ -112,15 +120,15 @@ def run_soak(args: argparse.Namespace) -> dict:
         ttfts, waits = [], []
         for _ in range(args.repeats):
             t0 = time.perf_counter()
-            stream = worker.ask(args.question)
+            handle = stream.ask(args.question)
             first = None
-            for _ in stream:
+            for _ in handle:
                 first = first or time.perf_counter()
-            answer = stream.answer
+            answer = handle.answer
             latency_ms = ((first or time.perf_counter()) - t0) * 1e3
             ttfts.append(answer.ttft_ms or 0.0)
             waits.append(max(0.0, latency_ms - (answer.ttft_ms or 0.0)))
-        stats = worker.stats()
+        stats = stream.stats()
         gc.collect()
         points.append(SoakPoint(frames, stats.stream_time_s, stats.cache.stream_tokens, stats.cache.kv_bytes,
                                 rss_bytes() or 0, statistics.median(ttfts), max(waits)))
@@ -135,12 +143,24 @@ def run_soak(args: argparse.Namespace) -> dict:
         baseline_rss = rss_bytes()
     gc.collect()
     end_rss = rss_bytes() or 0
-    counts = worker.counts()
-    worker.stop()
+    counts = stream.counts()
+    stream.close()
+    engine.stop()
     if failure:
         raise failure[0]
     elapsed = time.perf_counter() - started
     return soak_summary(args, points, baseline_rss or 0, end_rss, counts, elapsed, chunk_ms)
+
+
+def _drain(events) -> list:
+    import queue
+
+    found = []
+    while True:
+        try:
+            found.append(events.get_nowait())
+        except queue.Empty:
+            return found
 
 
 def soak_summary(args, points: list[SoakPoint], baseline_rss: int, end_rss: int, counts, elapsed_s: float,
@@ -207,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
           f"at the end {result['rss_end_bytes'] / mib:.1f} MiB ({100 * result['rss_growth']:+.2f}%); "
           f"TTFT median {result['ttft_ms_first_quarter_median']:.1f} ms (first quarter) → "
           f"{result['ttft_ms_last_quarter_median']:.1f} ms (last quarter); "
-          f"longest wait for the worker {result['wait_ms_max']:.1f} ms "
+          f"longest wait for the engine {result['wait_ms_max']:.1f} ms "
           f"(chunks: median {result['chunk_ms_median']:.1f} ms, longest {result['chunk_ms_max']:.1f} ms)")
     for name, ok in result["checks"].items():
         print(f"  {'ok  ' if ok else 'FAIL'} {name}")

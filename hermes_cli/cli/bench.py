@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -75,6 +76,23 @@ class BenchAnswerOptions(OptionGroup):
     )] = False
 
 
+@dataclass(frozen=True)
+class BenchEngineOptions:
+    """Many streams on one engine: ingest side by side, answers decoded together."""
+
+    streams: Annotated[str | None, typer.Option(
+        "--streams", metavar="N,M",
+        help="Instead: for each count, that many streams on one engine, each fed the longest step's frames "
+        "at once by its own thread (first policy only); report the aggregate ingest_frames_per_s and the "
+        "memory each stream adds against its kv_bytes. E.g. 1,4.",
+    )] = None
+    concurrent_questions: Annotated[str | None, typer.Option(
+        "--concurrent-questions", metavar="B,C",
+        help="Instead: for each count B, B streams of the longest step's frames, then a question on each at "
+        "once, decoded together in one batch (first policy only); report decode_tokens_per_s. E.g. 1,8.",
+    )] = None
+
+
 @option_group("output", "bench")
 class BenchOutputOptions(OptionGroup):
     """What is printed and written."""
@@ -93,6 +111,7 @@ def bench(
     stream: BenchStreamOptions = BenchStreamOptions(),
     model: BenchModelOptions = BenchModelOptions(),
     answers: BenchAnswerOptions = BenchAnswerOptions(),
+    engine: BenchEngineOptions = BenchEngineOptions(),
     output: BenchOutputOptions = BenchOutputOptions(),
 ) -> None:
     """Measure how answering and memory scale with stream length, per memory policy.
@@ -112,15 +131,24 @@ def bench(
     Real model sizes without weights: --arch NAME --random-weights builds a full-size model
     (parameters and dtype are printed) — add --synthetic-vision to skip the vision tower.
 
+    One engine, many streams: --streams 1,4 feeds that many streams at once (one record per
+    count: streams, ingest_frames_per_s, rss_bytes, kv_bytes_per_stream,
+    rss_growth_per_stream_vs_kv); --concurrent-questions 1,8 asks one question on each of B
+    streams at once (one record per count: batch, decode_tokens_per_s).
+
     Examples:
 
       hermes bench --model tiny --frames 16,64,256 --policies hermes,full --budget 200 --json
 
       hermes bench --arch llava-onevision-0.5b --random-weights --synthetic-vision
       --frames 8,16,32,48 --chunk 4 --budget 1024 --plot bench.png
+
+      hermes bench --arch llava-onevision-0.5b --random-weights --synthetic-vision
+      --frames 32 --chunk 16 --streams 1,4 --json
     """
     set_debug(output.debug)
     steps, names, frame_size = _check_options(stream, model, answers, output)
+    counts = _check_engine_options(engine, answers)
     s, a, o = stream, answers, output
     frame_source = _frame_source(s.video, s.fps, frame_size, steps[-1])  # a short or bad video fails before loading
     adapter = _load(model.model, model.arch, model.device, model.dtype)
@@ -136,6 +164,10 @@ def bench(
     info = _describe(adapter, s.synthetic_vision, names, steps, budget, s.chunk)
     for line in info:
         err.print(line, soft_wrap=True)
+
+    if counts is not None:
+        _engine_mode(adapter, engine, counts, names[0], steps[-1], budget, s, a, o, frame_source)
+        return
 
     if a.questions:
         _questions(adapter, a.questions, steps[-1], names[0], budget, s.chunk, s.fps, frame_source, a.max_new_tokens,
@@ -234,6 +266,84 @@ def _check_options(s: BenchStreamOptions, m: BenchModelOptions, a: BenchAnswerOp
         if not folder.is_dir() or not os.access(folder, os.W_OK):
             raise UserError(f"--plot {o.plot}: cannot write in {folder} — pass a path in an existing, writable folder")
     return steps, names, frame_size
+
+
+def _check_engine_options(e: BenchEngineOptions, a: BenchAnswerOptions) -> list[int] | None:
+    """The counts of --streams or --concurrent-questions (None: neither), checked before loading."""
+    from ..bench.plan import parse_counts
+
+    if e.streams is not None and e.concurrent_questions is not None:
+        raise UserError("--streams and --concurrent-questions are two runs: pass one of them")
+    if (e.streams is not None or e.concurrent_questions is not None) and a.questions:
+        raise UserError("--questions is a run of its own: drop it, or drop --streams/--concurrent-questions")
+    try:
+        if e.streams is not None:
+            return parse_counts(e.streams, "--streams")
+        if e.concurrent_questions is not None:
+            return parse_counts(e.concurrent_questions, "--concurrent-questions")
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+    return None
+
+
+def _engine_mode(adapter, e: BenchEngineOptions, counts: list[int], policy: str, frames: int, budget,
+                 s: BenchStreamOptions, a: BenchAnswerOptions, o: BenchOutputOptions, frame_source) -> None:
+    """``--streams`` or ``--concurrent-questions``: one record per count, then a summary line."""
+    from ..bench.runner import BenchInterrupted, run_concurrent, run_streams
+    from ..engine.client import PositionLimitError
+    from ..sources import SourceError
+
+    console = err if o.json_out else out
+
+    def on_event(event: dict) -> None:
+        if event["phase"] != "measured":
+            return
+        r = event["record"]
+        if o.json_out:
+            print(json.dumps(r.to_json()), flush=True)
+        elif e.streams is not None:
+            console.print(f"  {r.streams:>3} streams · {r.frames} frames each · ingest {r.ingest_frames_per_s:.2f} "
+                          f"frames/s · memory {r.rss_bytes / 2**20:.0f} MiB · KV {r.kv_bytes_per_stream / 2**20:.1f} "
+                          f"MiB per stream · growth per stream {r.rss_growth_per_stream_vs_kv:.2f}× KV "
+                          f"(over {r.growth_reference})", soft_wrap=True)
+        else:
+            console.print(f"  batch {r.batch:>3} · {r.decode_tokens} tokens in {r.decode_s:.2f} s · "
+                          f"{r.decode_tokens_per_s:.1f} tokens/s · TPOT {r.tpot_ms_mean:.1f} ms · "
+                          f"×{r.speedup:.2f} of batch {counts[0]}", soft_wrap=True)
+
+    video = s.video
+    make = (lambda k: frame_source()) if video else None  # every stream reads the same file
+    interrupted = False
+    records: list = []
+    what = "streams" if e.streams is not None else "concurrent questions"
+    err.print(f"{what} {', '.join(map(str, counts))} · {frames} frames per stream under {policy}", soft_wrap=True)
+    try:
+        if e.streams is not None:
+            run_streams(adapter, counts, frames=frames, policy=policy, budget=budget, chunk=s.chunk, fps=s.fps,
+                        make_frames=make, synthetic_vision=s.synthetic_vision, warmup=a.warmup,
+                        pseudo_query=s.pseudo_query, progress=on_event, records=records)
+        else:
+            run_concurrent(adapter, counts, frames=frames, policy=policy, budget=budget, chunk=s.chunk, fps=s.fps,
+                           max_new_tokens=a.max_new_tokens, question=a.question, make_frames=make,
+                           synthetic_vision=s.synthetic_vision, warmup=a.warmup, pseudo_query=s.pseudo_query,
+                           progress=on_event, records=records)
+    except BenchInterrupted:
+        interrupted = True
+        err.print(f"[yellow]interrupted[/]: {len(records)} count(s) measured — reporting those")
+    except (ValueError, SourceError, PositionLimitError) as exc:
+        raise UserError(str(exc).splitlines()[0]) from exc
+    if len(records) > 1:
+        first, last = records[0], records[-1]
+        summary = err if o.json_out else out
+        if e.streams is not None:
+            summary.print(f"{last.streams} streams: ingest ×{last.ingest_frames_per_s / first.ingest_frames_per_s:.2f} "
+                          f"of {first.streams} · memory growth per stream {last.rss_growth_per_stream_vs_kv:.2f}× "
+                          "its kv_bytes", soft_wrap=True)
+        else:
+            summary.print(f"batch {last.batch}: decode ×{last.speedup:.2f} the tokens/s of batch {first.batch}",
+                          soft_wrap=True)
+    if interrupted:
+        raise typer.Exit(130)
 
 
 def _print_profile(records, console) -> None:

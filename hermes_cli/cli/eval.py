@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -69,6 +70,7 @@ def evaluate(
     answer_options: EvalAnswerOptions = EvalAnswerOptions(),
     npy_fps: Annotated[float, typer.Option("--npy-fps", metavar="FPS", help="Frame rate of videos stored as .npy frame arrays (RVS-Movie).")] = 1.0,
     judge: JudgeOptions = JudgeOptions(),
+    streams: Annotated[int, typer.Option("--streams", metavar="N", help="Videos streamed at once on one engine (one model in memory; their chunks take turns and their answers are decoded together). Results are the same, in the same order, as with 1.")] = 1,
     output_options: EvalOutputOptions = EvalOutputOptions(),
 ) -> None:
     """Measure accuracy on a streaming or offline video benchmark, with any model, policy and budget.
@@ -107,6 +109,7 @@ def evaluate(
         reindex=reindex or defaults.REINDEX, max_new_tokens=max_new_tokens or defaults.MAX_NEW_TOKENS).check()
     model_settings = model_options.settings().model
     for name, value, ok in (("--limit", limit, limit is None or limit >= 1), ("--npy-fps", npy_fps, npy_fps > 0),
+                            ("--streams", streams, streams >= 1),
                             ("--max-new-tokens", max_new_tokens, max_new_tokens is None or max_new_tokens >= 1)):
         if not ok:
             raise UserError(f"{name} must be positive, got {value}")
@@ -125,7 +128,7 @@ def evaluate(
     settings = EvalSettings.of({**model_options.values(), **m.values(), **a.values(), "model": model_name,
                                 "reindex": reindex or default_reindex(protocol), "protocol": protocol,
                                 "npy_fps": npy_fps})
-    factory = _session_factory(settings, model_settings.device, model_settings.dtype, quiet=json_out)
+    factory = EvalStreams(settings, model_settings.device, model_settings.dtype, quiet=json_out)
     if output is None:
         output = default_output(annotations, settings)
     if output is not None:
@@ -134,8 +137,11 @@ def evaluate(
         except OSError as exc:
             raise UserError(f"cannot create the folder for --output {output}: {exc.strerror}") from exc
 
-    records, report = _run(aset, questions, settings, factory, finder, output, judge,
-                           show_progress=not (json_out or o.no_progress or quiet()))
+    try:
+        records, report = _run(aset, questions, settings, factory, finder, output, judge, streams=streams,
+                               show_progress=not (json_out or o.no_progress or quiet()))
+    finally:
+        factory.close()
     summary = _summary(records, report, questions, aset, annotations, protocol)
     if summary_path is None and output is not None:
         summary_path = output.with_name(output.stem + ".summary.json")
@@ -173,7 +179,7 @@ def _load_questions(annotations: Path, tasks: list[str] | None, limit: int | Non
 
 
 def _run(aset, questions, settings, factory, finder, output: Path | None, judge: JudgeOptions, *,
-         show_progress: bool):
+         streams: int = 1, show_progress: bool):
     """Answer what is not yet in ``output`` (with a progress bar), then judge; (records, report).
 
     Ctrl-C says how many results are saved and that rerunning resumes.
@@ -205,7 +211,7 @@ def _run(aset, questions, settings, factory, finder, output: Path | None, judge:
             done = {r["qid"] for r in previous} & {q.qid for q in questions}
             progress.update(task, completed=len(done))
             records, report = run_eval(aset, questions, settings, factory, finder=finder, output=output,
-                                       records=previous, on_progress=on_progress)
+                                       records=previous, on_progress=on_progress, streams=streams)
         if judge.judge_url:
             _judge(records, output, judge.judge_url, judge)
     except KeyboardInterrupt:
@@ -259,20 +265,30 @@ def default_output(annotations: Path, settings) -> Path | None:
     return path
 
 
-def _session_factory(settings, device, dtype, *, quiet: bool):
-    """A fresh session per stream; the model is loaded once, on the first call."""
-    values = settings.session_values()
-    session_settings = SessionSettings.of({**values, "device": device, "dtype": dtype,
-                                           "max_new_tokens": values["max_new_tokens"] or defaults.MAX_NEW_TOKENS})
-    session_settings.check()
-    state: dict = {}
+class EvalStreams:
+    """Streams on one engine: ``factory(max_new_tokens)`` opens a fresh stream with that answer
+    length. The model is loaded and the engine started on the first call (never, when nothing is
+    left to answer); safe from several client threads. ``close()`` stops the engine."""
 
-    def factory():
-        if "engine" not in state:
-            state["engine"] = build_engine(session_settings, quiet=quiet)
-        return open_stream(state["engine"], session_settings)
+    def __init__(self, settings, device, dtype, *, quiet: bool) -> None:
+        values = settings.session_values()
+        self.settings = SessionSettings.of({**values, "device": device, "dtype": dtype,
+                                            "max_new_tokens": values["max_new_tokens"] or defaults.MAX_NEW_TOKENS})
+        self.settings.check()
+        self.quiet = quiet
+        self.engine = None
+        self._lock = threading.Lock()
 
-    return factory
+    def __call__(self, max_new_tokens: int):
+        with self._lock:
+            if self.engine is None:
+                self.engine = build_engine(self.settings, quiet=self.quiet)
+        return open_stream(self.engine, self.settings.replace(max_new_tokens=max_new_tokens))
+
+    def close(self) -> None:
+        with self._lock:
+            if self.engine is not None:
+                self.engine.stop()
 
 
 def _print_dry_run(aset, questions, jobs, protocol, json_out, out) -> None:

@@ -1,11 +1,16 @@
-"""Running a benchmark: the streaming and offline protocols on top of ``Session`` and ``run_stream``.
+"""Running a benchmark: the streaming and offline protocols, as a client of the engine.
+
+Each video file is one stream of the engine (``engine.client``), opened with the settings it
+needs (its answer length) and fed by ``run_stream``; several videos can stream at once on one
+engine (``streams``: one client thread per stream, the engine interleaves their chunks and
+decodes their answers together). Records are written in the same order whatever ``streams`` is.
 
 Streaming protocol (sets whose questions carry end times: StreamingBench, OVO-Bench, RVS): each
 video file is streamed once, from its clip start (``clip_start_time``) when the annotation gives
 one; a question is asked once every sampled frame up to its ``end_time`` was ingested and before
 any later frame (``run_stream``), answered from the memory as it is at that moment, and then
-removed from the cache (``Session.ask`` rolls it back). The stream stops after the last question
-it still owes.
+removed from the cache (the engine rolls an answer back). The stream stops after the last
+question it still owes.
 
 Offline protocol (VideoMME, MVBench, EgoSchema): the whole video (or clip) is streamed, then every
 question is asked of the final memory; eager re-indexing by default, as in the HERMES paper.
@@ -19,11 +24,14 @@ judge's verdicts when one was asked).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
+import threading
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, TextIO
 
@@ -48,7 +56,9 @@ MC_MAX_NEW_TOKENS = 16
 OPEN_MAX_NEW_TOKENS = 128
 
 if TYPE_CHECKING:
-    from ..engine.session import Session
+    from ..engine.client import StreamClient
+
+StreamFactory = Callable[[int], "StreamClient"]  # answer length → a fresh stream on the engine
 
 
 class EvalError(HermesError):
@@ -312,8 +322,8 @@ def plan_jobs(aset: AnnotationSet, questions: list[Question], finder: VideoFinde
     return list(jobs.values())
 
 
-def flushed_at(frames: Iterable, session, times: list[float]) -> Iterator:
-    """Frames, with the session's partial chunk flushed wherever a question of the annotations falls.
+def flushed_at(frames: Iterable, stream, times: list[float]) -> Iterator:
+    """Frames, with the stream's partial chunk flushed wherever a question of the annotations falls.
 
     ``run_stream`` flushes before each question it asks, which sets the chunk boundaries and so the
     memory. Flushing at every annotated question time — asked now, asked in an earlier run, or left
@@ -323,7 +333,7 @@ def flushed_at(frames: Iterable, session, times: list[float]) -> Iterator:
     i = 0
     for frame in frames:
         while i < len(times) and frame.timestamp > times[i]:
-            session.flush()
+            stream.flush()
             i += 1
         yield frame
 
@@ -332,21 +342,29 @@ def run_eval(
     aset: AnnotationSet,
     questions: list[Question],
     settings: EvalSettings,
-    session_factory: Callable[[], Session],
+    open_stream: StreamFactory,
     *,
     finder: VideoFinder,
     output: Path | None = None,
     records: list[dict] | None = None,
     on_progress: Callable[[int, str], None] | None = None,
     on_record: Callable[[dict], None] | None = None,
+    streams: int = 1,
 ) -> tuple[list[dict], RunReport]:
     """Answer every selected question not yet in ``records`` (those of ``output`` when resuming).
 
     Returns all records of the selected questions (earlier and new) and a report of this run.
-    ``session_factory`` gives a fresh session per stream; it is not called when nothing is left.
+    ``open_stream(max_new_tokens)`` opens a fresh stream on the engine per video (it is not called
+    when nothing is left; each stream is closed when its video is done). ``streams``: videos
+    streamed at once, each by its own client thread. Records reach ``output`` and ``on_record``
+    in video order whatever ``streams`` is (a video's records wait for the videos before it).
+    Ctrl-C (``KeyboardInterrupt`` in the calling thread) closes the open streams, saves every
+    record already made, and is raised again.
     """
     if settings.protocol not in PROTOCOLS:
         raise EvalError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {settings.protocol!r}")
+    if streams < 1:
+        raise EvalError(f"--streams must be at least 1, got {streams}")
     selected = {q.qid for q in questions}
     previous = records if records is not None else read_results(output)
     previous = [r for r in previous if r["qid"] in selected]
@@ -361,6 +379,8 @@ def run_eval(
         questions = [q for q in questions if q.scoring != SB_PROACTIVE]
     progress = on_progress or (lambda n, info: None)
     videos = {v.index: v for v in aset.videos}
+    work = [(job, pending) for job in plan_jobs(aset, questions, finder)
+            if (pending := [q for q in job.questions if q.qid not in done])]
     with ResultsFile(output) as sink:
         def keep(record: dict) -> None:
             all_records.append(record)
@@ -369,13 +389,100 @@ def run_eval(
             if on_record:
                 on_record(record)
 
-        for job in plan_jobs(aset, questions, finder):
-            pending = [q for q in job.questions if q.qid not in done]
-            if pending:
-                run_job(job, pending, videos, settings, session_factory, keep, report, progress)
+        reports = _run_jobs(work, videos, settings, open_stream, _InOrder(len(work), keep), progress, streams)
+    for part in reports:
+        report.missing_videos += part.missing_videos
+        report.missing_questions += part.missing_questions
+        report.failed_videos += part.failed_videos
+        report.failed_questions += part.failed_questions
+        report.warnings += part.warnings
     order_of = {q.qid: i for i, q in enumerate(questions)}
     all_records.sort(key=lambda r: order_of.get(r["qid"], len(order_of)))
     return all_records, report
+
+
+class _InOrder:
+    """Records of job i pass to ``keep`` once jobs 0 … i-1 are finished (held until then), so the
+    order does not depend on which stream finishes first. Safe from any thread."""
+
+    def __init__(self, jobs: int, keep: Callable[[dict], None]) -> None:
+        self.keep = keep
+        self.held: list[list[dict]] = [[] for _ in range(jobs)]
+        self.finished = [False] * jobs
+        self.head = 0  # the first job not finished: its records pass at once
+        self.lock = threading.Lock()
+
+    def record(self, job: int, record: dict) -> None:
+        with self.lock:
+            if job == self.head:
+                self.keep(record)
+            else:
+                self.held[job].append(record)
+
+    def finish(self, job: int) -> None:
+        with self.lock:
+            self.finished[job] = True
+            while self.head < len(self.finished) and self.finished[self.head]:
+                self.head += 1
+                if self.head < len(self.held):
+                    for record in self.held[self.head]:
+                        self.keep(record)
+                    self.held[self.head] = []
+
+    def flush_held(self) -> None:
+        """Interrupted: pass on what is held (out of order), so resuming skips those questions."""
+        with self.lock:
+            for rows in self.held:
+                for record in rows:
+                    self.keep(record)
+                rows.clear()
+
+
+def _run_jobs(work: list[tuple[Job, list[Question]]], videos: dict[int, Video], settings: EvalSettings,
+              open_stream: StreamFactory, sink: _InOrder, progress: Callable[[int, str], None],
+              streams: int) -> list[RunReport]:
+    """Run the jobs on ``streams`` client threads; one report per job, in job order."""
+    reports = [RunReport() for _ in work]
+    stopping = threading.Event()
+    open_now: dict[int, StreamClient] = {}
+    guard = threading.Lock()
+
+    def opened(index: int, stream: StreamClient | None) -> None:
+        with guard:
+            if stream is None:
+                open_now.pop(index, None)
+            else:
+                open_now[index] = stream
+        if stream is not None and stopping.is_set():
+            stream.close()
+
+    def one(index: int) -> None:
+        if stopping.is_set():
+            return
+        job, pending = work[index]
+        try:
+            run_job(job, pending, videos, settings, open_stream, lambda r: sink.record(index, r), reports[index],
+                    progress, stopping=stopping, opened=lambda s: opened(index, s))
+        finally:
+            sink.finish(index)
+
+    pool = ThreadPoolExecutor(max_workers=streams, thread_name_prefix="eval-stream")
+    futures = [pool.submit(one, i) for i in range(len(work))]
+    try:
+        for future in futures:
+            future.result()
+    except BaseException:  # Ctrl-C (or a bug): close the open streams, keep what is made, re-raise
+        stopping.set()
+        with guard:
+            streams_open = list(open_now.values())
+        for stream in streams_open:
+            with contextlib.suppress(Exception):
+                stream.close()
+        pool.shutdown(wait=True, cancel_futures=True)
+        sink.flush_held()
+        raise
+    pool.shutdown(wait=True)
+    return reports
 
 
 class ResultsFile:
@@ -406,14 +513,17 @@ class ResultsFile:
 
 
 def run_job(job: Job, pending: list[Question], videos: dict[int, Video], settings: EvalSettings,
-            session_factory: Callable[[], Session], keep: Callable[[dict], None], report: RunReport,
-            progress: Callable[[int, str], None]) -> None:
-    """Stream one video and answer its pending questions; ``keep`` each record as it comes.
+            open_stream: StreamFactory, keep: Callable[[dict], None], report: RunReport,
+            progress: Callable[[int, str], None], *, stopping: threading.Event | None = None,
+            opened: Callable[[StreamClient | None], None] | None = None) -> None:
+    """Stream one video on a fresh stream of the engine and answer its pending questions; ``keep``
+    each record as it comes. The stream is closed at the end.
 
-    A missing video or a failing stream is counted in ``report`` with the questions it costs.
+    A missing video or a failing stream is counted in ``report`` with the questions it costs;
+    a stream closed because ``stopping`` is set (Ctrl-C) is not a failure.
     """
     from ..app.streaming import TimedQuestion, run_stream
-    from ..engine.positions import PositionLimitError
+    from ..engine.client import EngineStopped, PositionLimitError, StreamFailed
     from ..sources import SourceError
 
     path, vids = job.path, job.videos
@@ -433,13 +543,15 @@ def run_job(job: Job, pending: list[Question], videos: dict[int, Video], setting
     else:
         order, end = pending, video.clip_end_s
         asks = [TimedQuestion(format_question(q.question, q.choices)) for q in order]
+    max_new_tokens = settings.max_new_tokens or (
+        MC_MAX_NEW_TOKENS if all(q.multiple_choice for q in order) else OPEN_MAX_NEW_TOKENS)
     asked = 0
+    stream = None
     try:
         frames = open_question_video(path, video, settings, end)
-        session = session_factory()
-        session.config = replace(session.config, max_new_tokens=settings.max_new_tokens or (
-            MC_MAX_NEW_TOKENS if all(q.multiple_choice for q in order) else OPEN_MAX_NEW_TOKENS
-        ))
+        stream = open_stream(max_new_tokens)
+        if opened is not None:
+            opened(stream)
         source_duration = frames.duration_s
 
         def on_answer(result) -> None:
@@ -448,21 +560,36 @@ def run_job(job: Job, pending: list[Question], videos: dict[int, Video], setting
             asked += 1
             record = make_record(q, videos[q.video_index], path, result, settings, source_duration)
             if q.scoring == OVO_YES_NO:  # the --notify probe's p(yes) of the same question, to tune it
-                from ..engine.probe import yes_probability
+                from ..engine.measure import yes_probability_of
 
-                record["p_yes"] = round(yes_probability(session, q.question, verbatim=True), 6)
+                # read on the engine thread, from the memory the answer saw
+                record["p_yes"] = round(stream.engine.call(stream.id, yes_probability_of(q.question, verbatim=True)), 6)
             keep(record)
             progress(1, f"{names} @ {result.answer.stream_time_s:.0f}s")
 
         with frames:
-            stream = flushed_at(frames, session, job.flush_times) if settings.protocol == "streaming" else frames
-            run_stream(session, stream, asks, on_answer=on_answer)
+            feed = flushed_at(frames, stream, job.flush_times) if settings.protocol == "streaming" else frames
+            run_stream(stream, feed, asks, on_answer=on_answer)
         report.warnings.extend(frames.stats.warnings)
+    except (StreamFailed, EngineStopped) as exc:
+        if stopping is not None and stopping.is_set():
+            return  # interrupted: the questions left are pending, not failed
+        _failed(report, names, path, exc.__cause__ or exc, len(order) - asked, progress)
     except (SourceError, PositionLimitError, ValueError, OSError) as exc:
-        left = len(order) - asked
-        report.failed_videos.append({"video_id": names, "path": str(path), "error": str(exc), "questions_lost": left})
-        report.failed_questions += left
-        progress(left, f"failed: {names}")
+        _failed(report, names, path, exc, len(order) - asked, progress)
+    finally:
+        if stream is not None:
+            if opened is not None:
+                opened(None)
+            with contextlib.suppress(Exception):  # the engine has stopped: nothing left to free
+                stream.close()
+
+
+def _failed(report: RunReport, names: str, path: Path, exc: BaseException, left: int,
+            progress: Callable[[int, str], None]) -> None:
+    report.failed_videos.append({"video_id": names, "path": str(path), "error": str(exc), "questions_lost": left})
+    report.failed_questions += left
+    progress(left, f"failed: {names}")
 
 
 def make_record(q: Question, video: Video, path: Path, result, settings: EvalSettings, source_duration: float | None) -> dict:
