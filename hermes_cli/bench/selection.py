@@ -29,6 +29,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prefix", type=int, default=14, help="system-prompt tokens before the stream")
     parser.add_argument("--policies", default="hermes,infinipot,uniform")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default); 1 is "
+                        "steadier on a shared machine")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--warmup-rounds", type=int, default=2)
     args = parser.parse_args(argv)
@@ -41,6 +43,9 @@ def main(argv: list[str] | None = None) -> None:
     from ..engine.compression import Signals, compress
     from ..models.archs import arch_config
     from ..positions.rope import RotaryDelta
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     text = arch_config(args.arch)["text_config"]
     layers, heads = text["num_hidden_layers"], text["num_key_value_heads"]
@@ -85,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
             elapsed = (time.perf_counter() - t0) * 1e3
             if round_ >= args.warmup_rounds:
                 times.append(elapsed)
-        print(f"{name:>10}: {statistics.median(times):7.1f} ms per compression "
+        print(f"{name:>10}: {statistics.median(times):7.1f} ms per compression, median "
               f"(range {min(times):.1f}–{max(times):.1f}, {args.rounds} rounds)", flush=True)
 
 
