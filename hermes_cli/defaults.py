@@ -22,6 +22,8 @@ PSEUDO_QUERY_MODES = ("forward", "approx")
 PSEUDO_QUERY = "approx"  # the paper's method; "forward" (a real forward) is ours
 REINDEX_SPACINGS = ("rank", "interval")
 REINDEX_SPACING = "rank"  # paper Eq. 11; "interval" keeps M-RoPE's temporal spacing (ours)
+KV_BITS_CHOICES = (16, 8)
+KV_BITS = 16  # bits per stored key/value element: 16 = the model's dtype; 8 = int8 + a scale per token and head
 DTYPES = ("auto", "fp32", "float32", "bf16", "bfloat16", "fp16", "float16")
 
 # hermes eval: the papers' settings

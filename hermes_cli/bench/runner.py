@@ -74,6 +74,12 @@ class BenchRecord:
     encode_ms_total: float = 0.0  # vision encoding
     pseudo_query_ms_total: float = 0.0  # separate pseudo-query passes (folded ones are in prefill)
     baseline_memory_bytes: int = 0  # resident/allocated memory when the policy's stream began
+    # --profile: ours against the bare model at this step (bench/floor.py); None without --profile
+    prefill_vs_bare: float | None = None  # our chunk prefill / a bare text_model forward of the same chunk
+    tpot_vs_bare: float | None = None  # our time per output token / a bare one-token forward over the same cache
+    chunk_prefill_ms: float | None = None  # ours, one chunk at this step (median)
+    bare_prefill_ms: float | None = None
+    bare_token_ms: float | None = None
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -85,6 +91,9 @@ class BenchRecord:
                     "encode_ms_total", "pseudo_query_ms_total"):
             d[key] = round(d[key], 3)
         d["ttft_samples_ms"] = [round(x, 3) for x in d["ttft_samples_ms"]]
+        for key in ("prefill_vs_bare", "tpot_vs_bare", "chunk_prefill_ms", "bare_prefill_ms", "bare_token_ms"):
+            if d[key] is not None:
+                d[key] = round(d[key], 4)
         return d
 
 
@@ -248,8 +257,11 @@ def run_policy(adapter, policy_name: str, steps: list[int], *, budget: int | Non
                frames: Iterator[tuple[np.ndarray, float]], repeats: int, warmup: int, max_new_tokens: int,
                question: str = DEFAULT_QUESTION, policy_options: dict | None = None,
                progress: ProgressFn | None = None, records: list[BenchRecord] | None = None,
-               pseudo_query: str = defaults.PSEUDO_QUERY) -> list[BenchRecord]:
+               pseudo_query: str = defaults.PSEUDO_QUERY, kv_bits: int = defaults.KV_BITS,
+               profile: bool = False) -> list[BenchRecord]:
     """One continuing stream under ``policy_name``, paused at each step to answer; a record per step.
+
+    ``profile``: each record also gets ``prefill_vs_bare`` and ``tpot_vs_bare`` (``bench/floor.py``).
 
     Records are appended to ``records`` (if given) as soon as they are measured, so a caller
     interrupted by Ctrl-C still has them.
@@ -260,7 +272,7 @@ def run_policy(adapter, policy_name: str, steps: list[int], *, budget: int | Non
 
     device = adapter.device
     config = SessionConfig(budget=budget, chunk_frames=chunk, fps=fps, max_new_tokens=max_new_tokens, history=False,
-                           pseudo_query=pseudo_query)
+                           pseudo_query=pseudo_query, kv_bits=kv_bits)
     reset_peak_memory(device)
     baseline = current_memory_bytes(device)
     session = Session(adapter, make_policy(policy_name, **(policy_options or {})), config)
@@ -298,6 +310,11 @@ def run_policy(adapter, policy_name: str, steps: list[int], *, budget: int | Non
             ttft, tpot, samples = measure_answers(session, question, repeats=repeats, warmup=warmup,
                                                   max_new_tokens=max_new_tokens)
             peak, kind = peak_memory_bytes(device)
+            floor = None
+            if profile:
+                from .floor import measure_floor
+
+                floor = measure_floor(session)
             prefill = sum(r.prefill_ms for r in reports)
             compress = sum(r.compress_ms for r in reports)
             records.append(BenchRecord(
@@ -325,6 +342,11 @@ def run_policy(adapter, policy_name: str, steps: list[int], *, budget: int | Non
                 encode_ms_total=sum(r.encode_ms for r in reports),
                 pseudo_query_ms_total=sum(r.pseudo_query_ms for r in reports),
                 baseline_memory_bytes=baseline,
+                prefill_vs_bare=None if floor is None else floor.prefill_vs_bare,
+                tpot_vs_bare=None if floor is None or tpot is None else tpot / floor.bare_token_ms,
+                chunk_prefill_ms=None if floor is None else floor.prefill_ms,
+                bare_prefill_ms=None if floor is None else floor.bare_prefill_ms,
+                bare_token_ms=None if floor is None else floor.bare_token_ms,
             ))
             notify({"phase": "measured", "policy": policy_name, "frames": fed, "step": step, "record": records[-1]})
     finally:
@@ -363,7 +385,8 @@ def run_bench(adapter, policies: list[str], steps: list[int], *, budget: int | N
               frames: Callable[[], Iterator[tuple[np.ndarray, float]]] | None = None,
               synthetic_vision: bool = False, question: str = DEFAULT_QUESTION,
               policy_options: dict[str, dict] | None = None, progress: ProgressFn | None = None,
-              pseudo_query: str = defaults.PSEUDO_QUERY) -> list[BenchRecord]:
+              pseudo_query: str = defaults.PSEUDO_QUERY, kv_bits: int = defaults.KV_BITS,
+              profile: bool = False) -> list[BenchRecord]:
     """Benchmark each policy on one growing stream; records in policy order, then stream length.
 
     With ``warmup``, one unmeasured chunk is streamed first (``warm_up``). ``frames`` makes a
@@ -392,7 +415,7 @@ def run_bench(adapter, policies: list[str], steps: list[int], *, budget: int | N
                     driven, name, steps, budget=budget, chunk=chunk, fps=fps, frames=source,
                     repeats=repeats, warmup=warmup, max_new_tokens=max_new_tokens, question=question,
                     policy_options=(policy_options or {}).get(name), progress=progress, records=records,
-                    pseudo_query=pseudo_query,
+                    pseudo_query=pseudo_query, kv_bits=kv_bits, profile=profile,
                 )
             finally:
                 source.close()
@@ -501,7 +524,8 @@ def summarise(records: list[BenchRecord]) -> list[PolicySummary]:
 def profile(records: list[BenchRecord]) -> list[dict]:
     """Per policy, a chunk's time split (ms per chunk, means over the stream): decode (producing
     frames), vision encoding, prefill (without encoding), separate pseudo-query pass, selection
-    (compression without the pseudo-query pass), and how many chunks folded their pseudo-queries."""
+    (compression without the pseudo-query pass), how many chunks folded their pseudo-queries, and
+    the medians over the steps of ``prefill_vs_bare`` and ``tpot_vs_bare`` (None unless measured)."""
     out = []
     for name in dict.fromkeys(r.policy for r in records):
         rows = [r for r in records if r.policy == name]
@@ -517,6 +541,8 @@ def profile(records: list[BenchRecord]) -> list[dict]:
             "prefill_ms": (sum(r.prefill_ms_total for r in rows) - encode) / chunks,
             "pseudo_query_ms": pseudo / chunks,
             "select_ms": (sum(r.compress_ms_total for r in rows) - pseudo) / chunks,
+            "prefill_vs_bare": median(r.prefill_vs_bare for r in rows),
+            "tpot_vs_bare": median(r.tpot_vs_bare for r in rows),
         })
     return out
 

@@ -72,6 +72,7 @@ class MemorySettings:
     pseudo_query: str = defaults.PSEUDO_QUERY
     reindex_spacing: str = defaults.REINDEX_SPACING
     pseudo_query_history: bool = True
+    kv_bits: int = defaults.KV_BITS
 
     def policy_options(self) -> dict:
         from policies import parse_option
@@ -117,7 +118,7 @@ class SessionSettings:
         try:
             return SessionConfig(
                 budget=m.budget, chunk_frames=m.chunk, fps=m.fps, reindex=m.reindex, pseudo_query=m.pseudo_query,
-                reindex_spacing=m.reindex_spacing, pseudo_query_history=m.pseudo_query_history,
+                reindex_spacing=m.reindex_spacing, pseudo_query_history=m.pseudo_query_history, kv_bits=m.kv_bits,
                 max_new_tokens=self.answers.max_new_tokens, history=self.answers.history,
                 history_tokens=self.answers.history_tokens, penalise_prompt=self.answers.penalise_prompt,
                 system_prompt=self.answers.system or defaults.SYSTEM_PROMPT,

@@ -29,6 +29,7 @@ from .options import (
     FpsOpt,
     HistoryTokensOpt,
     JsonOpt,
+    KvBitsOpt,
     MaxNewTokensOpt,
     MaxPixelsOpt,
     MemoryOpt,
@@ -75,10 +76,12 @@ class MemoryOptions:
     reindex_spacing: ReindexSpacingOpt = defaults.REINDEX_SPACING
     pseudo_query: PseudoQueryOpt = defaults.PSEUDO_QUERY
     pseudo_query_history: PseudoQueryHistoryOpt = True
+    kv_bits: KvBitsOpt = defaults.KV_BITS
 
     def settings(self) -> MemorySettings:
         return MemorySettings(self.policy, self.budget, tuple(self.policy_opt or ()), self.fps, self.chunk,
-                              self.reindex, self.pseudo_query, self.reindex_spacing, self.pseudo_query_history)
+                              self.reindex, self.pseudo_query, self.reindex_spacing, self.pseudo_query_history,
+                              self.kv_bits)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,12 @@ PseudoQueryOpt = Annotated[
                  "(the paper's method: raw embeddings through each layer's norm and projections) or forward "
                  "(a real forward of the pseudo-query on the cache)."),
 ]
+KvBitsOpt = Annotated[
+    int,
+    typer.Option("--kv-bits", metavar="BITS", help="Bits per stored key/value element: 16 (the model's dtype) or 8 "
+                 "(int8 with a float16 scale per token and head, dequantised on use: about half the memory; "
+                 "answers can change slightly)."),
+]
 ReindexSpacingOpt = Annotated[
     str,
     typer.Option("--reindex-spacing", metavar="SPACING", help="How re-indexing compacts positions: rank (the "
