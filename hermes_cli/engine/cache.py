@@ -152,6 +152,43 @@ class StreamLayer(DynamicLayer):
         self.dtype: torch.dtype | None = None  # the float dtype keys and values are handed out in
         self.key_scales: Tensor | None = None  # (1, H, capacity, 1) float16 when kv_bits=8
         self.value_scales: Tensor | None = None
+        self._meta_store: TokenMeta | None = None  # growable metadata; ``meta`` is a prefix view of it
+
+    def append_meta(self, new: TokenMeta) -> TokenMeta:
+        """``meta`` with ``new`` appended, written in place into spare room of the metadata store
+        when ``meta`` is still the store's prefix view (a decoding step then copies nothing held);
+        otherwise a new store with room to grow. Views of slots past a rollback mark are
+        overwritten by later appends: copy what must outlive them (``copy_tail`` does)."""
+        old, store = self.meta, self._meta_store
+        if old is None:
+            full = new
+        else:
+            n_old, n = len(old), len(old) + len(new)
+            heads = max(old.heads, new.heads)
+            if (store is not None and n <= len(store) and store.heads == heads and old.heads == heads
+                    and all(a.data_ptr() == b.data_ptr() and a.stride() == b.stride()
+                            for a, b in zip(old._fields(), store._fields(), strict=True))):
+                for target, part in zip(store._fields(), new.expand(heads)._fields() if heads > 1 else new._fields(),
+                                        strict=True):
+                    if target.dim() > (2 if heads > 1 else 1):  # positions: the token axis is second to last
+                        target[..., n_old:n, :] = part
+                    else:
+                        target[..., n_old:n] = part
+                return store.select(slice(0, n))
+            full = TokenMeta.cat([old, new])
+        n = len(full)
+        capacity = max(2 * n, 64)
+
+        def room(t: Tensor, axis: int) -> Tensor:
+            shape = list(t.shape)
+            shape[axis] = capacity
+            grown = t.new_empty(shape)
+            grown.narrow(axis, 0, n).copy_(t)
+            return grown
+
+        self._meta_store = TokenMeta(*(room(t, t.dim() - 2 if t is full.positions else t.dim() - 1)
+                                       for t in full._fields()))
+        return self._meta_store.select(slice(0, n))
 
     @property
     def quantised(self) -> bool:
@@ -244,6 +281,7 @@ class StreamLayer(DynamicLayer):
         super().reset()
         self.length = 0
         self.meta = None
+        self._meta_store = None
 
     def stored_keys(self) -> Tensor:
         """The keys held (1, H, length, D) in the model's dtype: a view, or a dequantised copy (8 bits)."""
@@ -349,7 +387,7 @@ class StreamingCache(Cache):
                 raise RuntimeError(
                     f"cache out of sync: layer holds {layer.length} tokens, metadata for {held + len(meta)}"
                 )
-            layer.meta = meta if layer.meta is None else TokenMeta.cat([layer.meta, meta])
+            layer.meta = layer.append_meta(meta)
 
     # -- rolling back -------------------------------------------------------------------------
     def mark(self) -> Mark:
@@ -379,7 +417,8 @@ class StreamingCache(Cache):
         first layer's metadata for them (the tokens after a mark are the same in every layer)."""
         keys = [l.stored_keys()[:, :, mark.length :].clone() for l in self.stream_layers]
         values = [l.stored_values()[:, :, mark.length :].clone() for l in self.stream_layers]
-        return keys, values, self.meta(0).head(0).select(slice(mark.length, self.length))
+        tail = self.meta(0).head(0).select(slice(mark.length, self.length))
+        return keys, values, TokenMeta(*(t.clone() for t in tail._fields()))
 
     def append(self, keys: list[Tensor], values: list[Tensor], meta: TokenMeta) -> None:
         """Append already computed keys and values (one (1, H, n, D) pair per layer) with ``meta``."""
