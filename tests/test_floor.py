@@ -27,6 +27,6 @@ def test_the_bare_forward_sees_the_same_chunk_and_cache_and_the_memory_is_left_a
     torch.testing.assert_close(bare, ours)
     before = (cache.length, cache.next_id, [l.stored_keys().clone() for l in cache.stream_layers])
     floor = measure_floor(session, rounds=1)
-    assert floor.prefill_ms > 0 and floor.bare_prefill_ms > 0 and floor.bare_token_ms > 0
+    assert floor.prefill_ms > 0 and floor.bare_prefill_ms > 0 and floor.bare_token_ms > 0 and floor.token_ms > 0
     assert (cache.length, cache.next_id) == before[:2]
     assert all(torch.equal(a, l.stored_keys()) for a, l in zip(before[2], cache.stream_layers, strict=True))

@@ -11,7 +11,9 @@ memory as the stream left it, in the same process and interleaved round by round
 - ``tpot_vs_bare``: the step's measured time per output token (``tpot_ms``: embedding, forward,
   logits, repetition penalty, argmax, text) over a bare greedy step: one token's ``text_model``
   forward over a ``DynamicCache`` of the same keys and values plus the question, and the LM head
-  on its last hidden state.
+  on its last hidden state. ``token_ms`` is our own greedy step timed beside it (one token through
+  ``engine.prefill.prefill`` after the same prompt, the LM head, rolled back), so the step can be
+  compared at the same moment too, whatever the machine's load did between the answers and here.
 
 Medians over ``rounds`` after one unmeasured round.
 """
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import DynamicCache
 
-from ..engine.cache import KIND_VIDEO
+from ..engine.cache import KIND_TEXT, KIND_VIDEO
 from ..engine.prefill import prefill
 
 
@@ -34,6 +36,7 @@ class Floor:
     prefill_ms: float  # ours, one chunk, median
     bare_prefill_ms: float  # the bare forward of the same chunk, median
     bare_token_ms: float  # a bare greedy step over the cache, median
+    token_ms: float  # our greedy step at the same moment (engine prefill of one token + LM head), median
 
     @property
     def prefill_vs_bare(self) -> float:
@@ -63,7 +66,7 @@ def measure_floor(session, rounds: int = 3, prompt_tokens: int = 16) -> Floor:
     prompt_embeds, prompt_ids = adapter.embed(prompt), adapter.position_ids(adapter.text_positions(start, prompt_tokens))
     token_embeds = adapter.embed(torch.tensor([13]))
     token_ids = adapter.position_ids(adapter.text_positions(start + prompt_tokens, 1))
-    ours, bare, step = [], [], []
+    ours, bare, step, own_step = [], [], [], []
     for round_ in range(rounds + 1):
         mark = cache.mark()
         t0 = time.perf_counter()
@@ -81,11 +84,19 @@ def measure_floor(session, rounds: int = 3, prompt_tokens: int = 16) -> Floor:
         int(adapter.logits(out.last_hidden_state[:, -1])[0].argmax())
         step_elapsed = time.perf_counter() - t0
         del plain
+        mark = cache.mark()
+        prefill(adapter, cache, prompt_embeds, adapter.text_positions(start, prompt_tokens), KIND_TEXT)
+        t0 = time.perf_counter()
+        hidden = prefill(adapter, cache, token_embeds, adapter.text_positions(start + prompt_tokens, 1), KIND_TEXT)
+        int(adapter.logits(hidden[:, -1])[0].argmax())
+        own_elapsed = time.perf_counter() - t0
+        cache.rollback(mark)
         if round_:
             ours.append(elapsed * 1e3)
             bare.append(bare_elapsed * 1e3)
             step.append(step_elapsed * 1e3)
-    return Floor(statistics.median(ours), statistics.median(bare), statistics.median(step))
+            own_step.append(own_elapsed * 1e3)
+    return Floor(statistics.median(ours), statistics.median(bare), statistics.median(step), statistics.median(own_step))
 
 
 def _frames(count: int):

@@ -80,6 +80,7 @@ class BenchRecord:
     chunk_prefill_ms: float | None = None  # ours, one chunk at this step (median)
     bare_prefill_ms: float | None = None
     bare_token_ms: float | None = None
+    token_ms: float | None = None  # our greedy step timed beside the bare one (same moment)
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -91,7 +92,8 @@ class BenchRecord:
                     "encode_ms_total", "pseudo_query_ms_total"):
             d[key] = round(d[key], 3)
         d["ttft_samples_ms"] = [round(x, 3) for x in d["ttft_samples_ms"]]
-        for key in ("prefill_vs_bare", "tpot_vs_bare", "chunk_prefill_ms", "bare_prefill_ms", "bare_token_ms"):
+        for key in ("prefill_vs_bare", "tpot_vs_bare", "chunk_prefill_ms", "bare_prefill_ms", "bare_token_ms",
+                    "token_ms"):
             if d[key] is not None:
                 d[key] = round(d[key], 4)
         return d
@@ -347,6 +349,7 @@ def run_policy(adapter, policy_name: str, steps: list[int], *, budget: int | Non
                 chunk_prefill_ms=None if floor is None else floor.prefill_ms,
                 bare_prefill_ms=None if floor is None else floor.bare_prefill_ms,
                 bare_token_ms=None if floor is None else floor.bare_token_ms,
+                token_ms=None if floor is None else floor.token_ms,
             ))
             notify({"phase": "measured", "policy": policy_name, "frames": fed, "step": step, "record": records[-1]})
     finally:
