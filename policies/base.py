@@ -180,6 +180,15 @@ def newest(n: int, k: int, device: torch.device | None = None) -> Tensor:
     return torch.arange(max(0, n - max(k, 0)), n, device=device)
 
 
+def take_tokens(x: Tensor, index: Tensor) -> Tensor:
+    """``x[:, index]`` for (H, N, D) keys or values: one head at a time, whose rows are contiguous
+    in the cache's buffer (several times faster than selecting across the heads at once)."""
+    out = x.new_empty((x.shape[0], index.numel(), x.shape[-1]))
+    for h in range(x.shape[0]):
+        torch.index_select(x[h], 0, index, out=out[h])
+    return out
+
+
 def top_k_mask(scores: Tensor, k: int) -> Tensor:
     """(N,) bool: the k largest scores; ties at the k-th value go to the older tokens (lower index).
 

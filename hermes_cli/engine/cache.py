@@ -214,16 +214,14 @@ class StreamLayer(DynamicLayer):
     def keep_tokens(self, index: Tensor) -> None:
         """Move the stored tokens ``index`` ((k,) increasing, or (H, k) per head) to slots 0 … k − 1,
         codes and scales as they are; the length is the caller's."""
-        held = self.length
+        held, k = self.length, index.shape[-1]
         for name in self.buffer_names():
             buf = getattr(self, name)
-            if index.dim() == 2:
-                where = index[None, :, :, None].expand(1, buf.shape[1], index.shape[1], buf.shape[-1])
-                buf[:, :, : index.shape[1]] = torch.gather(buf[:, :, :held], 2, where)
-            else:
-                # index_select copies the selection before it is written back, so in place is safe
-                # (and it is several times faster than advanced indexing on a 4-D buffer).
-                buf[:, :, : index.numel()] = torch.index_select(buf[:, :, :held], 2, index)
+            for h in range(buf.shape[1]):
+                # One head's (tokens, D) rows are contiguous: index_select copies them out (so writing
+                # back in place is safe) several times faster than a 4-D gather or advanced indexing.
+                rows = index[h] if index.dim() == 2 else index
+                buf[0, h, :k] = torch.index_select(buf[0, h, :held], 0, rows)
 
     def held_meta(self) -> TokenMeta:
         """The metadata of the tokens held (the layer must not be empty)."""
