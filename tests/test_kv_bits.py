@@ -175,3 +175,14 @@ def test_an_8_bit_snapshot_records_it_restores_exactly_and_is_refused_by_16_bits
     assert header["format_version"] == "1" and header["kv_bits"] == "16"  # older readers still load 16 bits
     state = json.loads(header["state"])
     assert state["config"]["kv_bits"] == 16
+
+
+def test_memory_sizes_of_a_full_memory_halve(tiny_llava):
+    from hermes_cli.bench.kvbits import memory_sizes
+
+    sizes = memory_sizes(tiny_llava, 500, 2)
+    (kv16, file16), (kv8, file8) = sizes[16], sizes[8]
+    layer = Session(tiny_llava, make_policy("full"), SessionConfig(budget=None, chunk_frames=2)).cache.stream_layers[0]
+    dim = layer.keys.shape[-1]
+    assert kv8 / kv16 == pytest.approx((dim + 2) / (dim * 4))  # fp32 → int8 + a float16 scale per token and head
+    assert file8 < file16

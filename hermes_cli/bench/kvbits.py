@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--policy", default="hermes")
     parser.add_argument("--questions", type=int, default=20)
     parser.add_argument("--max-new-tokens", type=int, default=4)
+    parser.add_argument("--size-budget", type=int, default=6000,
+                        help="also give kv_bytes and snapshot bytes of a memory holding this many stream tokens")
     args = parser.parse_args(argv)
 
 
@@ -80,6 +82,52 @@ def main(argv: list[str] | None = None) -> None:
     for bits, (kv, file) in sizes.items():
         print(f"{bits}-bit ({args.dtype}): kv_bytes {kv} · snapshot {file} bytes")
     print(f"8-bit / 16-bit: kv_bytes {sizes[8][0] / sizes[16][0]:.3f} · snapshot {sizes[8][1] / sizes[16][1]:.3f}")
+    if args.size_budget:
+        full = memory_sizes(adapter, args.size_budget, args.chunk)
+        print(f"a memory of {args.size_budget} stream tokens ({args.dtype}): " + " · ".join(
+            f"{bits}-bit kv_bytes {kv} snapshot {file}" for bits, (kv, file) in full.items())
+            + f" · 8/16: kv_bytes {full[8][0] / full[16][0]:.3f}, snapshot {full[8][1] / full[16][1]:.3f}")
+
+
+def memory_sizes(adapter, tokens: int, chunk: int) -> dict[int, tuple[int, int]]:
+    """(kv_bytes, snapshot file bytes) per width of a session whose memory holds ``tokens`` stream
+    tokens of the model's real shape (layers, key-value heads, head size, dtype). The content is
+    seeded random numbers imported into the cache: sizes do not depend on it, and no forward runs."""
+    import tempfile
+
+    import torch
+
+    from policies import make_policy
+
+    from ..engine import snapshot
+    from ..engine.cache import KIND_VIDEO, TokenMeta
+    from ..engine.session import Session, SessionConfig
+
+    out = {}
+    for bits in (16, 8):
+        session = Session(adapter, make_policy("full"), SessionConfig(budget=None, chunk_frames=chunk, kv_bits=bits))
+        held = session.cache.export_layers()  # the prefix, in this width
+        p = int(held[0]["keys"].shape[-2])
+        g = torch.Generator().manual_seed(0)
+        layers = []
+        for l, layer in enumerate(session.cache.stream_layers):
+            prefix_k, prefix_v = layer.stored_keys(), layer.stored_values()
+            keys = torch.cat([prefix_k, torch.randn(1, prefix_k.shape[1], tokens, prefix_k.shape[-1], generator=g)
+                              .to(prefix_k.dtype)], dim=2)
+            values = torch.cat([prefix_v, torch.randn(1, prefix_v.shape[1], tokens, prefix_v.shape[-1], generator=g)
+                                .to(prefix_v.dtype)], dim=2)
+            axes = session.cache.meta(l).positions.shape[-1]
+            meta = TokenMeta.cat([session.cache.meta(l), TokenMeta.new(
+                KIND_VIDEO, p, torch.arange(p, p + tokens)[:, None].expand(-1, axes).contiguous(),
+                frame=torch.arange(tokens) // 196,
+                patch=torch.arange(tokens) % 196)])
+            layers.append({"keys": keys, "values": values, "kind": meta.kind, "token_id": meta.token_id,
+                           "frame": meta.frame, "patch": meta.patch, "positions": meta.positions})
+        session.cache.import_layers(layers, p + tokens, dtype=adapter.dtype)
+        with tempfile.TemporaryDirectory() as folder:
+            report = snapshot.save(session, Path(folder) / "memory.safetensors")
+        out[bits] = (session.cache.kv_bytes(), report.bytes)
+    return out
 
 
 if __name__ == "__main__":
