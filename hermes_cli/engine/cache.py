@@ -284,12 +284,14 @@ class StreamLayer(DynamicLayer):
     def stored_keys(self) -> Tensor:
         """The keys held (1, H, length, D) in the model's dtype: a view, or a dequantised copy (8 bits)."""
         if self.quantised:
+            assert self.key_scales is not None and self.dtype is not None
             return dequantise(self.keys[:, :, : self.length], self.key_scales[:, :, : self.length], self.dtype)
         return self.keys[:, :, : self.length]
 
     def stored_values(self) -> Tensor:
         """The values held, like ``stored_keys``."""
         if self.quantised:
+            assert self.value_scales is not None and self.dtype is not None
             return dequantise(self.values[:, :, : self.length], self.value_scales[:, :, : self.length], self.dtype)
         return self.values[:, :, : self.length]
 
