@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .settings import DTYPES, PSEUDO_QUERY_MODES, REINDEX_MODES, REINDEX_SPACINGS, SYSTEM_PROMPT, default
 
-__all__ = ["DTYPES", "PSEUDO_QUERY_MODES", "REINDEX_MODES", "REINDEX_SPACINGS", "SYSTEM_PROMPT"]
+__all__ = ["DTYPES", "KV_BITS_CHOICES", "PSEUDO_QUERY_MODES", "REINDEX_MODES", "REINDEX_SPACINGS", "SYSTEM_PROMPT"]
 
 POLICY = default("policy")
 BUDGET = default("budget")  # stream tokens kept per decoder layer
@@ -21,6 +21,8 @@ HISTORY_KV = default("history_kv")  # carry them as kept keys and values, not re
 REINDEX = default("reindex")
 PSEUDO_QUERY = default("pseudo_query")  # the paper's method; "forward" (a real forward) is ours
 REINDEX_SPACING = default("reindex_spacing")  # paper Eq. 11; "interval" keeps M-RoPE's temporal spacing (ours)
+KV_BITS = default("kv_bits")  # bits per stored key/value element: 16 = the model's dtype; 8 = int8 + scales
+KV_BITS_CHOICES = (16, 8)
 
 # hermes eval: the papers' settings
 EVAL_BUDGET = default("budget", "eval")

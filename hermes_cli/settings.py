@@ -72,7 +72,7 @@ class Setting:
     metavar: str | None = None  # the value's placeholder in --help (switches have none)
     snapshot: str = COMMAND  # one of ROLES
     field: str | None = None  # the engine's SessionConfig field (None: not an engine setting)
-    choices: tuple[str, ...] = ()
+    choices: tuple[Any, ...] = ()
     config: bool = True  # settable from the config file
     commands: Mapping[str, Use] = dataclasses.field(default_factory=lambda: dict(LIVE))  # {}: the engine's only
     complete: str | None = None  # "policy": the shell completes policy names
@@ -147,6 +147,10 @@ SETTINGS: tuple[Setting, ...] = (
        "method: raw embeddings through each layer's norm and projections) or forward (a real forward of the "
        "pseudo-query on the cache).", "memory", "--pseudo-query", metavar="MODE", snapshot=MEMORY,
        field="pseudo_query", choices=PSEUDO_QUERY_MODES, commands={**LIVE, "eval": Use(), "bench": Use()}),
+    _s("kv_bits", int, 16, "Bits per stored key/value element: 16 (the model's dtype) or 8 (int8 with a float16 "
+       "scale per token and head, dequantised on use: about half the memory; answers can change slightly).",
+       "memory", "--kv-bits", metavar="BITS", snapshot=INHERITED, field="kv_bits", choices=(16, 8),
+       commands={**LIVE, "bench": Use()}),
     _s("pseudo_query_history", bool, True, "Pseudo-queries follow the last question and answer even when the prompt "
        "carries no history (the official code's protocol).", "memory",
        "--pseudo-query-history/--no-pseudo-query-history", field="pseudo_query_history",

@@ -50,6 +50,7 @@ from .base import (
     keep_all,
     param,
     require,
+    take_tokens,
     top_k_sorted,
 )
 
@@ -315,11 +316,11 @@ def fold_summary(layer: LayerTokens, keep: Tensor, evicted: Tensor, rotary: Rota
                  per_axis: bool = False) -> Summary:
     """One token for all ``evicted`` entries: mean value, mean key phase-aligned at its position."""
     position = summary_position(layer.positions, keep, per_axis)
-    keys = layer.keys[:, evicted]
+    keys = take_tokens(layer.keys, evicted)
     if rotary is not None:
-        keys = rotary.rotate(keys, position.unsqueeze(0) - layer.positions[evicted])
+        keys = rotary.rotate(keys, position.unsqueeze(0) - layer.positions.index_select(0, evicted))
     key = keys.float().mean(dim=-2).to(layer.keys.dtype)
-    value = layer.values[:, evicted].float().mean(dim=-2).to(layer.values.dtype)
+    value = take_tokens(layer.values, evicted).float().mean(dim=-2).to(layer.values.dtype)
     return Summary(key=key, value=value, position=position)
 
 

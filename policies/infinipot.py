@@ -22,12 +22,15 @@ TaR's share is ``|C| − round((1 − α)·|C|)``, pooling (``van_pool``) divide
 (zero padding counts), pools 1-D over the token sequence with kernel 3 in the third quartile,
 none in the last, and every key-value head keeps its own token set from its own TaR and VaN
 scores (``per_head``; the paper's text does not say, and by default one set per layer is chosen
-from head-averaged scores). Not reproduced: the official code matches TaR partners by position
-slot, which after a first thinning pairs unrelated patches; here by (frame, patch) identity.
+from head-averaged scores), and TaR pairs tokens by position slot (``pair_by_slot``): the recent
+window is the last ``int(r · f) · tokens_per_frame`` slots, and older slot ``s`` is compared with
+slot ``s mod tokens_per_frame`` of each recent frame-sized block, keys normalised as
+``k / (‖k‖ + 1e−9)`` — the official code's reshape of the cache into (frames, tokens_per_frame).
+After a first thinning a slot no longer holds the same patch, so that pairs unrelated patches.
 
-Tokens are matched to their grid partner by (frame, patch) identity, so frames already thinned
-by earlier steps work; a token with no partner in the recent frames, a newline token
-(``patch >= tokens_per_frame``) or a summary token gets no TaR score and competes on VaN only.
+By default tokens are matched to their grid partner by (frame, patch) identity, so frames
+already thinned by earlier steps work; a token with no partner in the recent frames, a newline
+token (``patch >= tokens_per_frame``) or a summary token gets no TaR score and competes on VaN only.
 """
 
 from __future__ import annotations
@@ -72,9 +75,13 @@ class InfiniPotPolicy(Policy):
     per_head: bool = param(
         False, "every key-value head keeps its own tokens by its own scores (official code; on under profile=reference)"
     )
+    pair_by_slot: bool = param(
+        False, "TaR pairs tokens by position slot, not (frame, patch) identity (official code; on under profile=reference)"
+    )
     profile: str = param(
         "paper",
-        "paper: the paper's method; reference: the official code's frame count, TaR share, pooling and per-head selection",
+        "paper: the paper's method; reference: the official code's frame count, TaR share, pooling, per-head "
+        "selection and slot pairing",
     )
 
     def __post_init__(self) -> None:
@@ -92,6 +99,10 @@ class InfiniPotPolicy(Policy):
 
     def keeps_per_head(self) -> bool:
         return self.per_head or self.profile == "reference"
+
+    def slot_pairing(self) -> bool:
+        """Whether TaR pairs by position slot (``pair_by_slot``, or the reference profile)."""
+        return self.pair_by_slot or self.profile == "reference"
 
     def recent_units(self, budget: int, tokens_per_frame: int) -> int:
         """``int(r · f)`` with ``f = budget // tokens_per_frame``: the recent window in units.
@@ -124,8 +135,14 @@ class InfiniPotPolicy(Policy):
     def select_layer(self, layer: LayerTokens, index: int, num_layers: int, tokens_per_frame: int, target: int,
                      recent_units: int) -> Tensor:
         """``target`` indices: the newest ``recent_units`` units, then TaR picks, then the largest value norms."""
-        recent = recent_frames_mask(layer.frame, recent_units)
-        novel = tar_picks(tar_scores(layer, recent, tokens_per_frame), self.tar_share(target) - int(recent.sum()))
+        if self.slot_pairing():
+            query = min(recent_units * tokens_per_frame, layer.n)
+            recent = torch.arange(layer.n, device=layer.keys.device) >= layer.n - query
+            scores = tar_scores_by_slot(layer, query, tokens_per_frame)
+        else:
+            recent = recent_frames_mask(layer.frame, recent_units)
+            scores = tar_scores(layer, recent, tokens_per_frame)
+        novel = tar_picks(scores, self.tar_share(target) - int(recent.sum()))
         tier = 2 * recent.long() + novel.long()
         return top_k_tiered(tier, self.salience(layer, index, num_layers, tokens_per_frame), target)
 
@@ -169,16 +186,36 @@ def tar_scores(layer: LayerTokens, recent: Tensor, tokens_per_frame: int) -> Ten
     """
     grid = on_grid(layer, tokens_per_frame)
     unit = F.normalize(layer.keys.float(), dim=-1)
-    partners = grid & recent
+    partners = torch.nonzero(grid & recent).squeeze(1)
     heads, _, dim = unit.shape
     summed = torch.zeros(heads, tokens_per_frame, dim, device=unit.device)
-    summed.index_add_(1, layer.patch[partners], unit[:, partners])
+    summed.index_add_(1, layer.patch[partners], unit.index_select(1, partners))
     count = torch.zeros(tokens_per_frame, device=unit.device)
-    count.index_add_(0, layer.patch[partners], torch.ones(int(partners.sum()), device=unit.device))
-    scored = grid & ~recent & (count[layer.patch.clamp(0, tokens_per_frame - 1)] > 0)
+    count.index_add_(0, layer.patch[partners], torch.ones(partners.numel(), device=unit.device))
+    scored = torch.nonzero(grid & ~recent & (count[layer.patch.clamp(0, tokens_per_frame - 1)] > 0)).squeeze(1)
     patch = layer.patch[scored]
     score = torch.full((layer.n,), -math.inf, device=unit.device)
-    score[scored] = -(unit[:, scored] * summed[:, patch]).sum(-1).mean(0) / count[patch]
+    score[scored] = -(unit.index_select(1, scored) * summed.index_select(1, patch)).sum(-1).mean(0) / count[patch]
+    return score
+
+
+def tar_scores_by_slot(layer: LayerTokens, query: int, tokens_per_frame: int) -> Tensor:
+    """The official code's TaR: the last ``query`` slots are the recent frames, laid out as
+    (query // tokens_per_frame, tokens_per_frame); older slot ``s`` scores ``−mean cos`` to slot
+    ``s mod tokens_per_frame`` of each of them (head-averaged; per head when given one head).
+    Recent slots, and every slot when no whole recent frame is held, get −inf.
+    """
+    n = layer.n
+    score = torch.full((n,), -math.inf, device=layer.keys.device)
+    frames, older = query // tokens_per_frame, n - query
+    if frames == 0 or older <= 0:
+        return score
+    keys = layer.keys.float()
+    unit = keys / (keys.norm(dim=-1, keepdim=True) + 1e-9)
+    heads, _, dim = unit.shape
+    summed = unit[:, older : older + frames * tokens_per_frame].reshape(heads, frames, tokens_per_frame, dim).sum(1)
+    slot = torch.arange(older, device=unit.device) % tokens_per_frame
+    score[:older] = -(unit[:, :older] * summed.index_select(1, slot)).sum(-1).mean(0) / frames
     return score
 
 

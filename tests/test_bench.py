@@ -184,6 +184,8 @@ def test_default_budget_is_reached_and_printed(app):
     for needle in ("compress_fraction", "peak", "real time at 1 fps", "budget reached", "budget never reached"):
         assert needle in summary, needle
     assert "hermes per chunk: decode" in summary and "selection" in summary and "folded" in summary
+    assert all(r["prefill_vs_bare"] > 0 and r["tpot_vs_bare"] > 0 for r in records.values())  # --profile's floor
+    assert "prefill_vs_bare" in summary and "tpot_vs_bare" in summary
 
 
 def test_summary_and_profile_from_records():

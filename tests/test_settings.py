@@ -196,6 +196,10 @@ OWN_MEANING = {  # a flag that means something else there, not the setting of th
     # the cluster simulation's: its simulated streams' fps choices and chunk size, its summary as JSON
     ("hermes_cli/cluster/simulate.py", "--fps"), ("hermes_cli/cluster/simulate.py", "--chunk"),
     ("hermes_cli/cluster/simulate.py", "--json"),
+    # the engine's micro-benchmarks: the shape of a synthetic cache or run, not a session's setting
+    *(("hermes_cli/engine/microbench/kvbits.py", f) for f in ("--dtype", "--chunk", "--budget", "--policy",
+                                                             "--max-new-tokens")),
+    *(("hermes_cli/engine/microbench/selection.py", f) for f in ("--budget", "--chunk", "--dtype")),
 }
 
 

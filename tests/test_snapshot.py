@@ -364,7 +364,7 @@ def test_cli_refuses_bad_snapshots_with_one_line_and_code_2(good, clip, tmp_path
     truncated = tmp_path / "cut.safetensors"
     truncated.write_bytes(good.read_bytes()[:-100])
     newer = tmp_path / "newer.safetensors"
-    rewrite(good, newer, metadata_changes={"format_version": "2"})
+    rewrite(good, newer, metadata_changes={"format_version": "3"})
     other = tmp_path / "other.safetensors"  # tiny, built with 4 layers instead of 10
     small = Session(load_model("tiny", device="cpu", dtype="fp32", num_layers=4), make_policy("hermes"),
                     config("qwen", "hermes"))
@@ -399,7 +399,7 @@ def test_cli_refusal_in_a_real_process(good, clip, tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"error: {newer} was written by a newer hermes-video (0.1.0, snapshot format 7); this one (0.1.0) reads "
-        "format 1 — upgrade hermes-video to load it"
+        "format 2 — upgrade hermes-video to load it"
     ]
 
 

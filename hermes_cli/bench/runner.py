@@ -86,6 +86,13 @@ class BenchRecord:
     encode_ms_total: float = 0.0  # vision encoding
     pseudo_query_ms_total: float = 0.0  # separate pseudo-query passes (folded ones are in prefill)
     baseline_memory_bytes: int = 0  # resident/allocated memory when the policy's stream began
+    # --profile: ours against the bare model at this step (engine/floor.py); None without --profile
+    prefill_vs_bare: float | None = None  # our chunk prefill / a bare text_model forward of the same chunk
+    tpot_vs_bare: float | None = None  # our time per output token / a bare one-token forward over the same cache
+    chunk_prefill_ms: float | None = None  # ours, one chunk at this step (median)
+    bare_prefill_ms: float | None = None
+    bare_token_ms: float | None = None
+    token_ms: float | None = None  # our greedy step timed beside the bare one (same moment)
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -97,6 +104,10 @@ class BenchRecord:
                     "encode_ms_total", "pseudo_query_ms_total"):
             d[key] = round(d[key], 3)
         d["ttft_samples_ms"] = [round(x, 3) for x in d["ttft_samples_ms"]]
+        for key in ("prefill_vs_bare", "tpot_vs_bare", "chunk_prefill_ms", "bare_prefill_ms", "bare_token_ms",
+                    "token_ms"):
+            if d[key] is not None:
+                d[key] = round(d[key], 4)
         return d
 
 
@@ -252,7 +263,7 @@ def chunk_reports(events) -> list[dict]:
     """The ``chunk`` events waiting in a stream's subscription queue (each a chunk's report)."""
     import queue
 
-    found = []
+    found: list[dict] = []
     while True:
         try:
             event = events.get_nowait()
@@ -279,12 +290,14 @@ def run_policy(engine, policy_name: str, steps: list[int], *, budget: int | None
                frames: Iterator[tuple[np.ndarray, float]], repeats: int, warmup: int, max_new_tokens: int,
                question: str = DEFAULT_QUESTION, policy_options: dict | None = None,
                progress: ProgressFn | None = None, records: list[BenchRecord] | None = None,
-               pseudo_query: str = defaults.PSEUDO_QUERY) -> list[BenchRecord]:
+               pseudo_query: str = defaults.PSEUDO_QUERY, kv_bits: int = defaults.KV_BITS,
+               profile: bool = False) -> list[BenchRecord]:
     """One continuing stream on ``engine`` under ``policy_name``, paused at each step to answer;
     a record per step.
 
     Frames are read here and submitted to the stream's queue (bounded: two chunks), so reading
-    the next chunk overlaps the engine's prefill of this one. Records are appended to
+    the next chunk overlaps the engine's prefill of this one. ``profile``: each record also gets
+    ``prefill_vs_bare`` and ``tpot_vs_bare`` (``engine/floor.py``). Records are appended to
     ``records`` (if given) as soon as they are measured, so a caller interrupted by Ctrl-C still
     has them.
     """
@@ -296,7 +309,7 @@ def run_policy(engine, policy_name: str, steps: list[int], *, budget: int | None
 
     device = engine.adapter.device
     config = SessionConfig(budget=budget, chunk_frames=chunk, fps=fps, max_new_tokens=max_new_tokens, history=False,
-                           pseudo_query=pseudo_query)
+                           pseudo_query=pseudo_query, kv_bits=kv_bits)
     reset_peak_memory(device)
     baseline = current_memory_bytes(device)
     stream = open_stream(engine, make_policy(policy_name, **(policy_options or {})), config)
@@ -332,6 +345,11 @@ def run_policy(engine, policy_name: str, steps: list[int], *, budget: int | None
                                                   max_new_tokens=max_new_tokens)
             peak, kind = peak_memory_bytes(device)
             cache_tokens, kv_bytes, _ = engine.call(stream.id, cache_mark)
+            floor = None
+            if profile:
+                from ..engine.floor import measure_floor
+
+                floor = engine.call(stream.id, measure_floor)
             prefill = sum(r["prefill_ms"] for r in reports)
             compress = sum(r["compress_ms"] for r in reports)
             records.append(BenchRecord(
@@ -359,6 +377,12 @@ def run_policy(engine, policy_name: str, steps: list[int], *, budget: int | None
                 encode_ms_total=sum(r["encode_ms"] for r in reports),
                 pseudo_query_ms_total=sum(r["pseudo_query_ms"] for r in reports),
                 baseline_memory_bytes=baseline,
+                prefill_vs_bare=None if floor is None else floor.prefill_vs_bare,
+                tpot_vs_bare=None if floor is None or tpot is None else tpot / floor.bare_token_ms,
+                chunk_prefill_ms=None if floor is None else floor.prefill_ms,
+                bare_prefill_ms=None if floor is None else floor.bare_prefill_ms,
+                bare_token_ms=None if floor is None else floor.bare_token_ms,
+                token_ms=None if floor is None else floor.token_ms,
             ))
             notify({"phase": "measured", "policy": policy_name, "frames": fed, "step": step, "record": records[-1]})
     finally:
@@ -413,7 +437,8 @@ def run_bench(adapter, policies: list[str], steps: list[int], *, budget: int | N
               frames: Callable[[], Iterator[tuple[np.ndarray, float]]] | None = None,
               synthetic_vision: bool = False, question: str = DEFAULT_QUESTION,
               policy_options: dict[str, dict] | None = None, progress: ProgressFn | None = None,
-              pseudo_query: str = defaults.PSEUDO_QUERY) -> list[BenchRecord]:
+              pseudo_query: str = defaults.PSEUDO_QUERY, kv_bits: int = defaults.KV_BITS,
+              profile: bool = False) -> list[BenchRecord]:
     """Benchmark each policy on one growing stream; records in policy order, then stream length.
 
     One engine serves every policy's stream in turn. With ``warmup``, one unmeasured chunk is
@@ -439,7 +464,7 @@ def run_bench(adapter, policies: list[str], steps: list[int], *, budget: int | N
                 engine, name, steps, budget=budget, chunk=chunk, fps=fps, frames=make_frames(),
                 repeats=repeats, warmup=warmup, max_new_tokens=max_new_tokens, question=question,
                 policy_options=(policy_options or {}).get(name), progress=progress, records=records,
-                pseudo_query=pseudo_query,
+                pseudo_query=pseudo_query, kv_bits=kv_bits, profile=profile,
             )
     except KeyboardInterrupt:
         raise BenchInterrupted(records) from None
@@ -808,7 +833,8 @@ def policy_summaries(records: list[BenchRecord]) -> list[PolicySummary]:
 def profile(records: list[BenchRecord]) -> list[dict]:
     """Per policy, a chunk's time split (ms per chunk, means over the stream): decode (producing
     frames), vision encoding, prefill (without encoding), separate pseudo-query pass, selection
-    (compression without the pseudo-query pass), and how many chunks folded their pseudo-queries."""
+    (compression without the pseudo-query pass), how many chunks folded their pseudo-queries, and
+    the medians over the steps of ``prefill_vs_bare`` and ``tpot_vs_bare`` (None unless measured)."""
     out = []
     for name in dict.fromkeys(r.policy for r in records):
         rows = [r for r in records if r.policy == name]
@@ -824,6 +850,8 @@ def profile(records: list[BenchRecord]) -> list[dict]:
             "prefill_ms": (sum(r.prefill_ms_total for r in rows) - encode) / chunks,
             "pseudo_query_ms": pseudo / chunks,
             "select_ms": (sum(r.compress_ms_total for r in rows) - pseudo) / chunks,
+            "prefill_vs_bare": median(r.prefill_vs_bare for r in rows),
+            "tpot_vs_bare": median(r.tpot_vs_bare for r in rows),
         })
     return out
 

@@ -46,6 +46,7 @@ class BenchStreamOptions(OptionGroup):
         "--policies", metavar="NAMES", autocompletion=policy_list_names,
         help="Comma-separated memory policies to compare (see `hermes policies`).",
     )] = defaults.BENCH_POLICIES
+
     synthetic_vision: Annotated[bool, typer.Option(
         "--synthetic-vision",
         help="Skip the vision tower: random visual embeddings with the real token layout "
@@ -102,7 +103,8 @@ class BenchOutputOptions(OptionGroup):
         help="Write a PNG of TTFT and memory against frames, one line per policy (needs matplotlib).",
     )] = None
     profile: Annotated[bool, typer.Option(
-        "--profile", help="Split a chunk's time per policy: decode, vision encoding, prefill, pseudo-query, selection.",
+        "--profile", help="Split a chunk's time per policy: decode, vision encoding, prefill, pseudo-query, selection; "
+        "each record also gets prefill_vs_bare and tpot_vs_bare (ours over the bare model on the same cache).",
     )] = False
 
 
@@ -180,7 +182,7 @@ def bench(
     try:
         records = _run(adapter, names, steps, budget, s.chunk, s.fps, a.repeats, a.warmup, a.max_new_tokens,
                        a.question, frame_source, s.synthetic_vision, json_out=o.json_out, console=err,
-                       pseudo_query=s.pseudo_query)
+                       pseudo_query=s.pseudo_query, kv_bits=s.kv_bits, profile=o.profile)
     except BenchInterrupted as exc:
         records, interrupted = exc.records, True
         err.print(f"[yellow]interrupted[/]: {len(records)} step(s) measured — reporting those")
@@ -241,6 +243,8 @@ def _check_options(s: BenchStreamOptions, m: BenchModelOptions, a: BenchAnswerOp
         raise UserError("--questions and --history-tokens cannot be negative")
     if s.chunk < 1:
         raise UserError("--chunk must be at least 1")
+    if s.kv_bits not in defaults.KV_BITS_CHOICES:
+        raise UserError(f"--kv-bits must be one of {', '.join(map(str, defaults.KV_BITS_CHOICES))}, got {s.kv_bits}")
     if s.fps <= 0:
         raise UserError("--fps must be positive")
     if a.repeats < 1 or a.warmup < 0 or a.max_new_tokens < 1:
@@ -355,7 +359,9 @@ def _print_profile(records, console) -> None:
         console.print(
             f"[bold]{p['policy']}[/] per chunk: decode {p['decode_ms']:.1f} ms · vision {p['encode_ms']:.1f} ms · "
             f"prefill {p['prefill_ms']:.1f} ms · pseudo-query {p['pseudo_query_ms']:.1f} ms · "
-            f"selection {p['select_ms']:.1f} ms{folded}",
+            f"selection {p['select_ms']:.1f} ms{folded}"
+            + (f" · prefill_vs_bare {p['prefill_vs_bare']:.3f}" if p["prefill_vs_bare"] is not None else "")
+            + (f" · tpot_vs_bare {p['tpot_vs_bare']:.3f}" if p["tpot_vs_bare"] is not None else ""),
             soft_wrap=True,
         )
 
@@ -457,7 +463,7 @@ def _describe(adapter, synthetic_vision, names, steps, budget, chunk) -> list[st
 
 
 def _run(adapter, names, steps, budget, chunk, fps, repeats, warmup, max_new_tokens, question, frame_source,
-         synthetic_vision, *, json_out, console, pseudo_query):
+         synthetic_vision, *, json_out, console, pseudo_query, kv_bits=defaults.KV_BITS, profile=False):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..bench.runner import run_bench
@@ -495,7 +501,7 @@ def _run(adapter, names, steps, budget, chunk, fps, repeats, warmup, max_new_tok
             return run_bench(adapter, names, steps, budget=budget, chunk=chunk, fps=fps, repeats=repeats,
                              warmup=warmup, max_new_tokens=max_new_tokens, frames=frame_source,
                              synthetic_vision=synthetic_vision, question=question, progress=on_event,
-                             pseudo_query=pseudo_query)
+                             pseudo_query=pseudo_query, kv_bits=kv_bits, profile=profile)
     except ValueError as exc:
         raise UserError(str(exc).splitlines()[0]) from exc
 

@@ -26,13 +26,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
+from ..errors import HermesError
+
 COMPRESSION_OVERHEAD = 0.02  # c at the defaults: compression ≈ 2 % of prefill (docs/benchmarks.md)
 MAX_BUSY = 0.8  # of an engine's time, what its streams' ingest and expected answers may claim
 AFFINITIES = ("required", "preferred")
 _EPS = 1e-9
 
 
-class PlacementError(ValueError):
+class PlacementError(HermesError, ValueError):
     """A placement request that cannot be met; the message is one line saying why."""
 
 

@@ -11,6 +11,13 @@ number of tokens, so one attention mask and one position counter serve every lay
 hold *different* tokens (a policy chooses per layer), and so may the key-value heads of a layer
 when a policy chooses per head (InfiniPot-V's reference profile): that layer's metadata then has
 a leading head axis. Positions are session-owned and never derived from the physical length.
+
+``kv_bits=8`` stores keys and values as int8 with one float16 scale per token and head
+(symmetric, ``scale = max|x| / 127`` over the head dimension): about half the bytes of bf16.
+Everything outside this module still sees float keys and values of the model's dtype —
+``update``'s return, ``stored_keys``/``stored_values``, ``stream_view``, ``copy_tail`` dequantise on
+use; compaction moves the stored bytes and scales as they are (no requantisation), a summary
+token or a re-indexing rotation is quantised when it is written.
 """
 
 from __future__ import annotations
@@ -24,6 +31,23 @@ from transformers.cache_utils import Cache, DynamicLayer
 from policies.base import LayerChoice, LayerTokens, Rotary
 
 KIND_PREFIX, KIND_VIDEO, KIND_SUMMARY, KIND_TEXT = 0, 1, 2, 3
+KV_BITS = (16, 8)  # 16: keys and values in the model's dtype; 8: int8 + a float16 scale per token and head
+SCALE_DTYPE = torch.float16
+_SCALE_FLOOR = 2.0**-14  # the smallest normal float16: an all-zero vector still gets a usable scale
+
+
+def quantise(x: Tensor) -> tuple[Tensor, Tensor]:
+    """(..., n, D) float → (int8 codes (..., n, D), float16 scales (..., n, 1)), per token: symmetric,
+    ``scale = max|x| / 127`` (at least 2⁻¹⁴), ``code = round(x / scale)`` clamped to ±127."""
+    amax = x.detach().abs().amax(dim=-1, keepdim=True).float()
+    scale = (amax / 127).clamp_min(_SCALE_FLOOR).to(SCALE_DTYPE)
+    codes = torch.round(x.float() / scale.float()).clamp_(-127, 127).to(torch.int8)
+    return codes, scale
+
+
+def dequantise(codes: Tensor, scales: Tensor, dtype: torch.dtype) -> Tensor:
+    """int8 codes × their float16 scales, in float32, returned in ``dtype`` (a new tensor)."""
+    return (codes.float() * scales.float()).to(dtype)
 
 
 @dataclass
@@ -110,17 +134,94 @@ class StreamLayer(DynamicLayer):
     """One decoder layer: K/V in a growable buffer of shape (1, H, capacity, D) plus token metadata.
 
     ``update`` (called by the model's attention) writes the new keys/values after the current
-    length and returns views of everything held. Truncating (rollback) only moves the length, so
-    what stays is bit-identical.
+    length and returns everything held: views (16 bits), or float copies dequantised from the
+    int8 storage (8 bits), always in the model's dtype. Truncating (rollback) only moves the
+    length, so what stays is bit-identical.
     """
 
-    keys: Tensor  # (1, H, capacity, D) once initialised
+    keys: Tensor  # (1, H, capacity, D) once initialised: the model's dtype, or int8 codes (kv_bits=8)
     values: Tensor
 
-    def __init__(self) -> None:
+    def __init__(self, kv_bits: int = 16) -> None:
         super().__init__()
+        if kv_bits not in KV_BITS:
+            raise ValueError(f"--kv-bits must be one of {', '.join(map(str, KV_BITS))}, got {kv_bits}")
+        self.kv_bits = kv_bits
         self.length = 0
         self.meta: TokenMeta | None = None
+        self.dtype: torch.dtype | None = None  # the float dtype keys and values are handed out in
+        self.key_scales: Tensor | None = None  # (1, H, capacity, 1) float16 when kv_bits=8
+        self.value_scales: Tensor | None = None
+        self._meta_store: TokenMeta | None = None  # growable metadata; ``meta`` is a prefix view of it
+
+    def append_meta(self, new: TokenMeta) -> TokenMeta:
+        """``meta`` with ``new`` appended, written in place into spare room of the metadata store
+        when ``meta`` is still the store's prefix view (a decoding step then copies nothing held);
+        otherwise a new store with room to grow. Views of slots past a rollback mark are
+        overwritten by later appends: copy what must outlive them (``copy_tail`` does)."""
+        old, store = self.meta, self._meta_store
+        if old is None:
+            full = new
+        else:
+            n_old, n = len(old), len(old) + len(new)
+            heads = max(old.heads, new.heads)
+            if (store is not None and n <= len(store) and store.heads == heads and old.heads == heads
+                    and all(a.data_ptr() == b.data_ptr() and a.stride() == b.stride()
+                            for a, b in zip(old._fields(), store._fields(), strict=True))):
+                for target, part in zip(store._fields(), new.expand(heads)._fields() if heads > 1 else new._fields(),
+                                        strict=True):
+                    if target.dim() > (2 if heads > 1 else 1):  # positions: the token axis is second to last
+                        target[..., n_old:n, :] = part
+                    else:
+                        target[..., n_old:n] = part
+                return store.select(slice(0, n))
+            full = TokenMeta.cat([old, new])
+        n = len(full)
+        capacity = max(2 * n, 64)
+
+        def room(t: Tensor, axis: int) -> Tensor:
+            shape = list(t.shape)
+            shape[axis] = capacity
+            grown = t.new_empty(shape)
+            grown.narrow(axis, 0, n).copy_(t)
+            return grown
+
+        self._meta_store = TokenMeta(*(room(t, t.dim() - 2 if t is full.positions else t.dim() - 1)
+                                       for t in full._fields()))
+        return self._meta_store.select(slice(0, n))
+
+    @property
+    def quantised(self) -> bool:
+        return self.kv_bits == 8
+
+    def buffer_names(self) -> tuple[str, ...]:
+        """The per-token buffers that hold keys and values (with their scales when quantised)."""
+        return ("keys", "values", "key_scales", "value_scales") if self.quantised else ("keys", "values")
+
+    def write(self, start: int, keys: Tensor | None = None, values: Tensor | None = None) -> None:
+        """Store float keys and/or values (1, H, q, D) in slots ``start … start + q`` (room reserved)."""
+        for name, x in (("keys", keys), ("values", values)):
+            if x is None:
+                continue
+            q = x.shape[-2]
+            if self.quantised:
+                codes, scales = quantise(x)
+                getattr(self, name)[:, :, start : start + q] = codes
+                getattr(self, name[:-1] + "_scales")[:, :, start : start + q] = scales
+            else:
+                getattr(self, name)[:, :, start : start + q] = x.to(self.keys.dtype)
+
+    def keep_tokens(self, index: Tensor) -> None:
+        """Move the stored tokens ``index`` ((k,) increasing, or (H, k) per head) to slots 0 … k − 1,
+        codes and scales as they are; the length is the caller's."""
+        held, k = self.length, index.shape[-1]
+        for name in self.buffer_names():
+            buf = getattr(self, name)
+            for h in range(buf.shape[1]):
+                # One head's (tokens, D) rows are contiguous: index_select copies them out (so writing
+                # back in place is safe) several times faster than a 4-D gather or advanced indexing.
+                rows = index[h] if index.dim() == 2 else index
+                buf[0, h, :k] = torch.index_select(buf[0, h, :held], 0, rows)
 
     def held_meta(self) -> TokenMeta:
         """The metadata of the tokens held (the layer must not be empty)."""
@@ -130,9 +231,19 @@ class StreamLayer(DynamicLayer):
 
     def lazy_initialization(self, key_states: Tensor, value_states: Tensor) -> None:
         self.device = key_states.device
-        b, h, _, d = key_states.shape
-        self.keys = key_states.new_empty((b, h, 0, d))
-        self.values = value_states.new_empty((b, h, 0, value_states.shape[-1]))
+        self.dtype = key_states.dtype
+        self.allocate(key_states.shape[1], key_states.shape[-1], value_states.shape[-1], 0, key_states.device)
+
+    def allocate(self, heads: int, key_dim: int, value_dim: int, capacity: int, device) -> None:
+        """Empty buffers for ``capacity`` tokens (the layer's ``dtype`` must be set)."""
+        assert self.dtype is not None
+        store = torch.int8 if self.quantised else self.dtype
+        self.keys = torch.empty((1, heads, capacity, key_dim), dtype=store, device=device)
+        self.values = torch.empty((1, heads, capacity, value_dim), dtype=store, device=device)
+        if self.quantised:
+            self.key_scales = torch.empty((1, heads, capacity, 1), dtype=SCALE_DTYPE, device=device)
+            self.value_scales = torch.empty((1, heads, capacity, 1), dtype=SCALE_DTYPE, device=device)
+        self.device = device
         self.is_initialized = True
 
     def _reserve(self, needed: int) -> None:
@@ -140,7 +251,7 @@ class StreamLayer(DynamicLayer):
         if needed <= capacity:
             return
         new_capacity = max(needed, 2 * capacity, 64)
-        for name in ("keys", "values"):
+        for name in self.buffer_names():
             old = getattr(self, name)
             grown = old.new_empty((*old.shape[:2], new_capacity, old.shape[-1]))
             grown[:, :, : self.length] = old[:, :, : self.length]
@@ -151,10 +262,9 @@ class StreamLayer(DynamicLayer):
             self.lazy_initialization(key_states, value_states)
         q = key_states.shape[-2]
         self._reserve(self.length + q)
-        self.keys[:, :, self.length : self.length + q] = key_states
-        self.values[:, :, self.length : self.length + q] = value_states
+        self.write(self.length, key_states, value_states)
         self.length += q
-        return self.keys[:, :, : self.length], self.values[:, :, : self.length]
+        return self.stored_keys(), self.stored_values()
 
     def get_seq_length(self) -> int:
         return self.length
@@ -169,12 +279,28 @@ class StreamLayer(DynamicLayer):
         super().reset()
         self.length = 0
         self.meta = None
+        self._meta_store = None
 
     def stored_keys(self) -> Tensor:
+        """The keys held (1, H, length, D) in the model's dtype: a view, or a dequantised copy (8 bits)."""
+        if self.quantised:
+            assert self.key_scales is not None and self.dtype is not None
+            return dequantise(self.keys[:, :, : self.length], self.key_scales[:, :, : self.length], self.dtype)
         return self.keys[:, :, : self.length]
 
     def stored_values(self) -> Tensor:
+        """The values held, like ``stored_keys``."""
+        if self.quantised:
+            assert self.value_scales is not None and self.dtype is not None
+            return dequantise(self.values[:, :, : self.length], self.value_scales[:, :, : self.length], self.dtype)
         return self.values[:, :, : self.length]
+
+    def held_bytes(self) -> int:
+        """Bytes of the keys and values held (scales included), not the spare capacity."""
+        if not self.is_initialized:
+            return 0
+        return sum(getattr(self, n)[0, :, 0].numel() * getattr(self, n).element_size() for n in self.buffer_names()) \
+            * self.length
 
 
 @dataclass(frozen=True)
@@ -188,8 +314,9 @@ class Mark:
 class StreamingCache(Cache):
     """The session's KV cache: ``num_layers`` StreamLayers that always have equal length."""
 
-    def __init__(self, num_layers: int) -> None:
-        super().__init__(layers=[StreamLayer() for _ in range(num_layers)])
+    def __init__(self, num_layers: int, kv_bits: int = 16) -> None:
+        super().__init__(layers=[StreamLayer(kv_bits) for _ in range(num_layers)])
+        self.kv_bits = kv_bits
         self.next_id = 0  # next fresh token identity
 
     # -- what is held -------------------------------------------------------------------------
@@ -232,12 +359,7 @@ class StreamingCache(Cache):
 
     def kv_bytes(self) -> int:
         """Bytes of the keys and values held (not the spare capacity of the buffers)."""
-        total = 0
-        for layer in self.stream_layers:
-            if layer.is_initialized:
-                per_token = (layer.keys[0, :, 0].numel() + layer.values[0, :, 0].numel()) * layer.keys.element_size()
-                total += per_token * layer.keys.shape[0] * layer.length
-        return total
+        return sum(layer.held_bytes() for layer in self.stream_layers)
 
     def max_positions(self) -> Tensor | None:
         """Per axis, the largest position held in any layer (None when empty)."""
@@ -265,7 +387,7 @@ class StreamingCache(Cache):
                 raise RuntimeError(
                     f"cache out of sync: layer holds {layer.length} tokens, metadata for {held + len(meta)}"
                 )
-            layer.meta = meta if layer.meta is None else TokenMeta.cat([layer.meta, meta])
+            layer.meta = layer.append_meta(meta)
 
     # -- rolling back -------------------------------------------------------------------------
     def mark(self) -> Mark:
@@ -293,9 +415,10 @@ class StreamingCache(Cache):
     def copy_tail(self, mark: Mark) -> tuple[list[Tensor], list[Tensor], TokenMeta]:
         """Copies of every layer's keys and values appended after ``mark`` (1, H, n, D), and the
         first layer's metadata for them (the tokens after a mark are the same in every layer)."""
-        keys = [l.keys[:, :, mark.length : l.length].clone() for l in self.stream_layers]
-        values = [l.values[:, :, mark.length : l.length].clone() for l in self.stream_layers]
-        return keys, values, self.meta(0).head(0).select(slice(mark.length, self.length))
+        keys = [l.stored_keys()[:, :, mark.length :].clone() for l in self.stream_layers]
+        values = [l.stored_values()[:, :, mark.length :].clone() for l in self.stream_layers]
+        tail = self.meta(0).head(0).select(slice(mark.length, self.length))
+        return keys, values, TokenMeta(*(t.clone() for t in tail._fields()))
 
     def append(self, keys: list[Tensor], values: list[Tensor], meta: TokenMeta) -> None:
         """Append already computed keys and values (one (1, H, n, D) pair per layer) with ``meta``."""
@@ -345,28 +468,22 @@ class StreamingCache(Cache):
                 raise ValueError("keep indices must be strictly increasing and inside the layer")
             prefix = torch.arange(p, device=keep.device)
             if keep.dim() == 2:
-                heads, dim = layer.keys.shape[1], layer.keys.shape[-1]
+                heads = layer.keys.shape[1]
                 if keep.shape[0] != heads:
                     raise ValueError(f"a choice per head for {keep.shape[0]} heads, the layer has {heads}")
                 index = torch.cat([prefix.expand(heads, p), keep + p], dim=1)
                 k = index.shape[1]
-                where = index[None, :, :, None].expand(1, heads, k, dim)
-                held = slice(0, layer.length)
-                layer.keys[:, :, :k] = torch.gather(layer.keys[:, :, held], 2, where)
-                layer.values[:, :, :k] = torch.gather(layer.values[:, :, held], 2, where)
+                layer.keep_tokens(index)
                 meta = layer.held_meta().gather(index)
             else:
                 index = torch.cat([prefix, keep + p])
                 k = index.numel()
-                # Advanced indexing copies the selection before it is written back, so in place is safe.
-                layer.keys[:, :, :k] = layer.keys[:, :, index]
-                layer.values[:, :, :k] = layer.values[:, :, index]
+                layer.keep_tokens(index)
                 meta = layer.held_meta().select(index)
             if choice.summary is not None:
                 layer._reserve(k + 1)
                 s = choice.summary
-                layer.keys[0, :, k] = s.key.to(layer.keys.dtype)
-                layer.values[0, :, k] = s.value.to(layer.values.dtype)
+                layer.write(k, s.key[None, :, None], s.value[None, :, None])
                 pos = s.position.to(meta.positions).reshape(1, -1)
                 meta = TokenMeta.cat([meta, TokenMeta.new(KIND_SUMMARY, sid, pos)])
                 k += 1
@@ -388,18 +505,21 @@ class StreamingCache(Cache):
         positions = positions.to(old)
         delta = positions - old
         if bool((delta != 0).any()):
-            keys = lay.keys[:, :, p : lay.length]
+            keys = lay.stored_keys()[:, :, p:]  # a view of the buffer, or a dequantised copy (8 bits)
             if held.per_head:
                 for h in range(held.heads):
                     keys[:, h].copy_(rotary.rotate(keys[:, h], delta[h]))
             else:
                 keys.copy_(rotary.rotate(keys, delta))
+            if lay.quantised:
+                lay.write(p, keys=keys)
         held.positions = torch.cat([held.positions[..., :p, :], positions], dim=-2)
 
     # -- snapshots ------------------------------------------------------------------------------
     def export_layers(self, device: torch.device | str = "cpu") -> list[dict[str, Tensor]]:
         """Copies of what each layer holds, on ``device``: ``keys``/``values`` (1, H, length, D) —
-        the held length only, never the spare capacity — and the token metadata (``kind``,
+        the held length only, never the spare capacity; with ``kv_bits=8`` the int8 codes and
+        ``key_scales``/``value_scales`` (1, H, length, 1) float16 — and the token metadata (``kind``,
         ``token_id``, ``frame``, ``patch``, ``positions``; with a head axis where the layer holds
         a set per head). Text tokens must not be present."""
         if any(self.count(KIND_TEXT)):
@@ -408,7 +528,7 @@ class StreamingCache(Cache):
         for layer in self.stream_layers:
             if not layer.is_initialized or layer.meta is None:
                 raise RuntimeError("the cache is empty")
-            held = {"keys": layer.stored_keys(), "values": layer.stored_values()}
+            held = {name: getattr(layer, name)[:, :, : layer.length] for name in layer.buffer_names()}
             held.update(zip(("kind", "token_id", "frame", "patch", "positions"), layer.meta._fields(), strict=True))
             out.append({k: v.detach().to(device, copy=True).contiguous() for k, v in held.items()})
         return out
@@ -417,9 +537,13 @@ class StreamingCache(Cache):
         """Tokens each layer's buffers have room for (held + spare)."""
         return [l.keys.shape[-2] if l.is_initialized else 0 for l in self.stream_layers]
 
-    def import_layers(self, layers: list[dict[str, Tensor]], next_id: int, capacities: list[int] | None = None) -> None:
+    def import_layers(self, layers: list[dict[str, Tensor]], next_id: int, capacities: list[int] | None = None,
+                      dtype: torch.dtype | None = None) -> None:
         """Replace everything held by ``layers`` (as ``export_layers`` gives them, already on the
-        model's device and in its dtype); buffers get ``capacities`` (default: the held length).
+        model's device; float keys and values in its dtype); buffers get ``capacities`` (default:
+        the held length). ``dtype``: the model's (default: the float keys' own). Float keys and
+        values are quantised into an 8-bit cache; int8 ones (with their scales) are dequantised
+        into a 16-bit one.
 
         The caller checks shapes first: this only re-checks the invariant (equal lengths).
         """
@@ -432,12 +556,19 @@ class StreamingCache(Cache):
         capacities = capacities or [length] * len(layers)
         for layer, held, capacity in zip(self.stream_layers, layers, capacities, strict=True):
             keys, values = held["keys"], held["values"]
-            layer.keys = keys.new_empty((*keys.shape[:2], max(capacity, length), keys.shape[-1]))
-            layer.values = values.new_empty((*values.shape[:2], max(capacity, length), values.shape[-1]))
-            layer.keys[:, :, :length] = keys
-            layer.values[:, :, :length] = values
-            layer.device = keys.device
-            layer.is_initialized = True
+            coded = "key_scales" in held
+            layer.dtype = dtype or (layer.dtype if coded else keys.dtype)
+            if layer.dtype is None:
+                raise ValueError("8-bit keys and values need the model's dtype to import them")
+            layer.allocate(keys.shape[1], keys.shape[-1], values.shape[-1], max(capacity, length), keys.device)
+            if coded and layer.quantised:
+                for name in layer.buffer_names():
+                    getattr(layer, name)[:, :, :length] = held[name]
+            else:
+                if coded:
+                    keys = dequantise(keys, held["key_scales"], layer.dtype)
+                    values = dequantise(values, held["value_scales"], layer.dtype)
+                layer.write(0, keys, values)
             layer.length = length
             layer.meta = TokenMeta(*(held[k].to(keys.device) for k in ("kind", "token_id", "frame", "patch", "positions")))
         self.next_id = int(next_id)

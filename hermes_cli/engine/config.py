@@ -29,6 +29,7 @@ class SessionConfig:
     reindex_spacing: str = defaults.REINDEX_SPACING  # "rank": dense rank per axis (Eq. 11); "interval": ours
     penalise_prompt: bool = False  # repetition penalty over the prompt too (ours); default: generated tokens only
     pseudo_query_history: bool = True  # pseudo-queries follow the last Q/A even when the prompt carries no history
+    kv_bits: int = defaults.KV_BITS  # 16: keys/values in the model's dtype; 8: int8 + float16 scales, dequantised on use
 
     def __post_init__(self) -> None:
         if self.reindex not in defaults.REINDEX_MODES:
@@ -39,6 +40,8 @@ class SessionConfig:
             )
         if self.reindex_spacing not in defaults.REINDEX_SPACINGS:
             raise ValueError(f"--reindex-spacing must be one of {', '.join(defaults.REINDEX_SPACINGS)}, got {self.reindex_spacing!r}")
+        if self.kv_bits not in defaults.KV_BITS_CHOICES:
+            raise ValueError(f"--kv-bits must be one of {', '.join(map(str, defaults.KV_BITS_CHOICES))}, got {self.kv_bits}")
         if self.chunk_frames < 1:
             raise ValueError(f"--chunk must be at least 1 frame, got {self.chunk_frames}")
         if self.fps <= 0:

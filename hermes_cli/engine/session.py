@@ -133,7 +133,7 @@ class Session:
                 f"{adapter.family} groups {adapter.frames_per_unit} frames per temporal patch: "
                 f"--chunk must be a multiple of {adapter.frames_per_unit}"
             )
-        self.cache = StreamingCache(adapter.num_layers)
+        self.cache = StreamingCache(adapter.num_layers, kv_bits=self.config.kv_bits)
         self.positions = PositionTracker(adapter, self.cache, self.config.fps, self.config.reindex,
                                          self.config.reindex_margin, self.config.reindex_spacing)
         self.history: list[tuple[str, str]] = []

@@ -36,8 +36,11 @@ from ..errors import HermesError
 from ..settings import BY_FIELD, memory_fields
 
 FORMAT = "hermes-video-memory"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # the newest format this code reads (and writes for 8-bit keys and values)
+OLDEST_FORMAT_VERSION = 1  # 16-bit memories are still written as format 1, so older releases read them
 LAYER_FIELDS = ("keys", "values", "kind", "token_id", "frame", "patch", "positions")
+SCALE_FIELDS = ("key_scales", "value_scales")  # kv_bits=8: a float16 scale per token and head
+KV_FIELDS = ("keys", "values", *SCALE_FIELDS)
 META_DTYPES = {"kind": torch.int8, "token_id": torch.int64, "frame": torch.int64, "patch": torch.int64,
                "positions": torch.int64}
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -71,6 +74,14 @@ class Snapshot:
         return int(self.header["num_layers"])
 
     @property
+    def kv_bits(self) -> int:
+        """16: keys and values in ``dtype``; 8: int8 codes with float16 scales (format 2)."""
+        return int(self.header.get("kv_bits", "16"))
+
+    def layer_fields(self) -> tuple[str, ...]:
+        return LAYER_FIELDS + (SCALE_FIELDS if self.kv_bits == 8 else ())
+
+    @property
     def source(self) -> str | None:
         return self.state.get("source")
 
@@ -80,10 +91,10 @@ class Snapshot:
         return self.state["consumed_until_s"]
 
     def layers(self) -> list[dict[str, Tensor]]:
-        return [{f: self.tensors[f"layers.{l}.{f}"] for f in LAYER_FIELDS} for l in range(self.num_layers)]
+        return [{f: self.tensors[f"layers.{l}.{f}"] for f in self.layer_fields()} for l in range(self.num_layers)]
 
     def kv_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for l in self.layers() for k, t in l.items() if k in ("keys", "values"))
+        return sum(t.numel() * t.element_size() for l in self.layers() for k, t in l.items() if k in KV_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -179,14 +190,16 @@ def _capture(session, source: str | None) -> tuple[dict[str, Tensor], dict[str, 
         "consumed_until_s": consumed,
         "source": source,
     }
+    kv_bits = session.cache.kv_bits
     metadata = {
         "format": FORMAT,
-        "format_version": str(FORMAT_VERSION),
+        "format_version": str(FORMAT_VERSION if kv_bits == 8 else OLDEST_FORMAT_VERSION),
         "hermes_version": __version__,
         "model_name": adapter.name,
         "model_family": adapter.family,
         "model_config_sha256": config_hash(adapter),
-        "dtype": dtype_name(layers[0]["keys"].dtype),
+        "dtype": dtype_name(session.cache.stream_layers[0].dtype or layers[0]["keys"].dtype),
+        "kv_bits": str(kv_bits),
         "num_layers": str(len(layers)),
         "position_axes": str(adapter.position_axes),
         "saved_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -254,7 +267,7 @@ def write_captured(path: str | os.PathLike, tensors: dict[str, Tensor], metadata
         write_atomic(path, data)
     except OSError as exc:
         raise SnapshotError(f"cannot save the memory to {path}: {exc.strerror or exc}") from exc
-    kv = sum(t.numel() * t.element_size() for k, t in tensors.items() if k.endswith((".keys", ".values")))
+    kv = sum(t.numel() * t.element_size() for k, t in tensors.items() if k.rsplit(".", 1)[-1] in KV_FIELDS)
     return SaveReport(path, len(data), kv, locked_s, capture_s, time.perf_counter() - t1)
 
 
@@ -294,9 +307,9 @@ def read(path: str | os.PathLike) -> Snapshot:
             f"{path} was written by a newer hermes-video ({metadata.get('hermes_version', '?')}, snapshot format "
             f"{version}); this one ({__version__}) reads format {FORMAT_VERSION} — upgrade hermes-video to load it"
         )
-    if int(version) < FORMAT_VERSION:
+    if int(version) < OLDEST_FORMAT_VERSION:
         raise SnapshotError(f"{path} has snapshot format {version}, which this hermes-video no longer reads "
-                            f"(it reads format {FORMAT_VERSION})")
+                            f"(it reads formats {OLDEST_FORMAT_VERSION}–{FORMAT_VERSION})")
     try:
         tensors = deserialise(data)
     except Exception as exc:  # safetensors raises its own error class for every malformed layout
@@ -320,14 +333,24 @@ def _check_structure(snap: Snapshot) -> None:
     if n_layers < 1 or len(snap.state["cache"]["capacity"]) != n_layers:
         raise ValueError("layer count")
     kv_dtype = None
+    if snap.kv_bits not in (8, 16):
+        raise ValueError(f"kv_bits {snap.kv_bits}")
     for l, layer in enumerate(snap.layers()):
         k, v = layer["keys"], layer["values"]
         if k.ndim != 4 or v.ndim != 4 or k.shape[:3] != v.shape[:3] or k.shape[0] != 1 or k.shape[2] != length:
             raise ValueError(f"layer {l} keys {tuple(k.shape)} / values {tuple(v.shape)}")
-        if kv_dtype is None:
-            kv_dtype = k.dtype
-        if k.dtype != kv_dtype or v.dtype != kv_dtype or dtype_name(kv_dtype) != snap.dtype:
-            raise ValueError(f"layer {l} dtype")
+        if snap.kv_bits == 8:
+            for name in SCALE_FIELDS:
+                scales = layer[name]
+                if scales.dtype != torch.float16 or tuple(scales.shape) != (*k.shape[:3], 1):
+                    raise ValueError(f"layer {l} {name}")
+            if k.dtype != torch.int8 or v.dtype != torch.int8:
+                raise ValueError(f"layer {l} dtype")
+        else:
+            if kv_dtype is None:
+                kv_dtype = k.dtype
+            if k.dtype != kv_dtype or v.dtype != kv_dtype or dtype_name(kv_dtype) != snap.dtype:
+                raise ValueError(f"layer {l} dtype")
         per_head = (k.shape[1],) if layer["kind"].ndim == 2 else ()  # a token set per key-value head
         for name, dtype in META_DTYPES.items():
             t = layer[name]
@@ -365,6 +388,10 @@ def check_fits(snap: Snapshot, session, *, accept_policy: bool = False, convert_
         flag = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(snap.dtype, snap.dtype)
         raise SnapshotError(f"{path} holds {snap.dtype} memory and the model runs in {here} — run it with "
                             f"--dtype {flag}, or pass --convert-memory to convert the memory to {here}")
+    bits = session.cache.kv_bits
+    if snap.kv_bits != bits and not convert_dtype:
+        raise SnapshotError(f"{path} holds {snap.kv_bits}-bit keys and values and this session keeps {bits} — run it "
+                            f"with --kv-bits {snap.kv_bits}, or pass --convert-memory to convert the memory")
     if any(layer["kind"].ndim == 2 for layer in snap.layers()) and not session.policy.keeps_per_head():
         raise SnapshotError(f"{path} holds a token set per key-value head (infinipot profile=reference); "
                             f"{session.policy.name!r} keeps one set per layer — load it under --policy infinipot "
@@ -393,15 +420,17 @@ def restore(snap: Snapshot, session, *, convert_dtype: bool = False) -> None:
     """Replace the session's memory by the snapshot's (checked with ``check_fits`` first).
 
     Tensors move to the model's device; keys and values keep their dtype, or with
-    ``convert_dtype`` take the model's. The system prompt is the snapshot's (its tokens are in
-    the memory); every other setting stays the session's.
+    ``convert_dtype`` take the model's (and the session's ``kv_bits``: 8-bit codes are dequantised
+    into a 16-bit memory, float keys quantised into an 8-bit one). The system prompt is the
+    snapshot's (its tokens are in the memory); every other setting stays the session's.
     """
     adapter = session.adapter
     device, dtype = adapter.device, adapter.dtype
     if snap.dtype != dtype_name(dtype) and not convert_dtype:
         raise SnapshotError(f"{snap.path} holds {snap.dtype} memory and the model runs in {dtype_name(dtype)}")
+    floats = ("keys", "values") if snap.kv_bits == 16 else ()
     layers = [
-        {k: (t.to(device=device, dtype=dtype) if k in ("keys", "values") else t.to(device)) for k, t in layer.items()}
+        {k: (t.to(device=device, dtype=dtype) if k in floats else t.to(device)) for k, t in layer.items()}
         for layer in snap.layers()
     ]
     pending_times = snap.tensors["pending.timestamps"].tolist()
@@ -412,7 +441,7 @@ def restore(snap: Snapshot, session, *, convert_dtype: bool = False) -> None:
         pending=[(snap.tensors[f"pending.{i}.image"].numpy().copy(), t) for i, t in enumerate(pending_times)],
     )
     system_prompt = snap.state["config"]["system_prompt"]
-    session.cache.import_layers(layers, snap.state["cache"]["next_id"], snap.state["cache"]["capacity"])
+    session.cache.import_layers(layers, snap.state["cache"]["next_id"], snap.state["cache"]["capacity"], dtype)
     session.positions.restore(snap.state["positions"])
     session.restore_stream_state(stream)
     session.config = dataclasses.replace(session.config, system_prompt=system_prompt)

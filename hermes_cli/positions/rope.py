@@ -194,8 +194,10 @@ class RotaryDelta:
             )
         return positions
 
-    def _gather(self, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    def _gather(self, positions: torch.Tensor, dtype: torch.dtype, half: bool = False) -> torch.Tensor:
         inv, axis = self._tables(positions.device)
+        if half:  # the layout is cat((f, f)): the first half holds every distinct angle
+            inv, axis = inv[: self.head_dim // 2], axis[: self.head_dim // 2]
         if positions.shape[-1] == 1:  # one axis, broadcast to all (as the model's expand(3, …))
             p = positions.to(dtype)
         else:
@@ -220,12 +222,14 @@ class RotaryDelta:
         """fp32 ``(cos, sin)`` of the delta angles, each ``(..., N, head_dim)``, *unscaled*.
 
         Angles are formed and reduced in float64 (float32 on MPS, which has no float64) so that
-        a large delta adds no rounding of its own beyond the final fp32 cast.
+        a large delta adds no rounding of its own beyond the final fp32 cast. Only the head_dim/2
+        distinct angles are evaluated; the layout's duplicated half is a copy.
         """
         delta = self._check_positions(delta)
         work = torch.float32 if delta.device.type == "mps" else torch.float64
-        ang = self._gather(delta, work)
-        return ang.cos().to(torch.float32), ang.sin().to(torch.float32)
+        ang = self._gather(delta, work, half=True)
+        cos, sin = ang.cos().to(torch.float32), ang.sin().to(torch.float32)
+        return torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
 
     # ------------------------------------------------------------------ rotation
     def _rotated_fp32(self, keys: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
