@@ -18,6 +18,7 @@ from .. import defaults
 from .console import UserError, err, out, set_debug
 from .groups import with_option_groups
 from .options import ChunkOpt, DebugOpt, DeviceOpt, DtypeOpt, FpsOpt, PseudoQueryOpt
+from .torch_stack import check_torch_stack
 
 
 @dataclass(frozen=True)
@@ -317,6 +318,7 @@ def _parse_size(text: str) -> tuple[int, int]:
 
 
 def _load(model, arch, device, dtype):
+    check_torch_stack()
     from ..models.loading import load_model
     from ..models.registry import ModelLoadError
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .. import defaults
 from .console import UserError, err, info, note, quiet, status, verbose
+from .torch_stack import check_torch_stack
 
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
@@ -161,6 +162,7 @@ def load_adapter(settings: ModelSettings, *, quiet: bool = False):
     prepare_model(settings)
     name = settings.name()
     check_model(name)
+    check_torch_stack()  # a torchvision built for another torch: one line, not an error deep in transformers
     _check_device(settings.device)
     from ..models.loading import load_model
     from ..models.registry import ModelLoadError

@@ -89,6 +89,11 @@ def main() -> None:
     except Exception as exc:  # a bug: still one line, with the way to the details
         if DEBUG["on"]:
             raise
+        from .torch_stack import torch_stack_problem
+
+        if problem := torch_stack_problem():  # the usual cause of errors deep in transformers
+            err.print(f"[red]error:[/] {escape(problem)}", soft_wrap=True)
+            sys.exit(2)
         err.print(f"[red]internal error:[/] {type(exc).__name__}: {escape(str(exc))} — rerun with --debug "
                   "for the traceback and please report it", soft_wrap=True)
         sys.exit(1)
