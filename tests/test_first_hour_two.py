@@ -13,7 +13,10 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
+
+from hermes_cli.cli.main import app
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -62,3 +65,84 @@ def test_a_matching_pair_passes():
     from hermes_cli.cli.torch_stack import torch_stack_problem
 
     assert torch_stack_problem() is None
+
+
+# -- 2. -q / -v after the command; `hermes -q bench` is quiet -------------------------------------------
+TINY_BENCH = ["--model", "tiny", "--frames", "4", "--chunk", "4", "--policies", "hermes,infinipot", "--repeats", "1",
+              "--warmup", "0", "--max-new-tokens", "2", "--size", "56x56"]
+
+
+@pytest.mark.parametrize("command", ["models", "policies"])
+def test_quiet_and_verbose_after_models_and_policies(command):
+    for flag in ("-q", "--quiet", "-v", "--verbose"):
+        result = runner.invoke(app, [command, flag])
+        assert result.exit_code == 0, (flag, result.output)
+    quiet = runner.invoke(app, [command, "-q"]).stdout
+    assert "--policy-opt KEY=VALUE" not in quiet and "default here" not in quiet  # results only
+
+
+@pytest.mark.parametrize("args", [["-q", "bench", *TINY_BENCH], ["bench", *TINY_BENCH, "-q"]])
+def test_quiet_bench_prints_the_results_and_no_notes(args):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert result.stderr == "", result.stderr
+    assert "hermes bench — tiny" in result.stdout and "TTFT(4)/TTFT(4)" in result.stdout
+
+
+def test_verbose_after_bench_is_accepted():
+    result = runner.invoke(app, ["bench", *TINY_BENCH, "-v"])
+    assert result.exit_code == 0, result.output
+    assert "model: tiny" in result.stderr and "note:" in result.stderr
+
+
+# -- 3. the bench table and summary at 80 columns ----------------------------------------------------------
+def run_in_pty(args: list[str], columns: int, timeout: float = 120) -> str:
+    """The CLI with stdout and stderr on a pseudo-terminal of ``columns`` columns; what it wrote, no escapes."""
+    import fcntl
+    import pty
+    import re
+    import select
+    import struct
+    import termios
+    import time
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    proc = subprocess.Popen([sys.executable, "-m", "hermes_cli", *args], stdin=subprocess.DEVNULL, stdout=slave,
+                            stderr=slave, env=env(COLUMNS=str(columns), TERM="xterm"), cwd=ROOT)
+    os.close(slave)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.2)
+        if ready:
+            try:
+                data = os.read(master, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+        elif proc.poll() is not None:
+            break
+    proc.wait(timeout=10)
+    os.close(master)
+    text = b"".join(chunks).decode("utf-8", "replace")
+    return re.sub(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07]*\x07|[()][A-Z0-9]|[=>])", "", text).replace("\r", "")
+
+
+def test_the_bench_table_and_summary_read_whole_at_80_columns():
+    text = run_in_pty(["bench", *TINY_BENCH], 80)
+    table = text[text.index("hermes bench — tiny"):]
+    lines = table.splitlines()
+    assert all(len(line) <= 80 for line in lines), max(lines, key=len)
+    assert "…" not in table
+    for header in ("policy", "frames", "TTFT ms", "TPOT ms", "cache tok", "KV MiB", "peak MiB", "stream tok"):
+        assert header in table, header
+    for words in ("ms/frame", "ms/chunk", "prefill", "infinipot"):
+        assert words in table
+    # the summary wraps between words: joined again, each policy's line reads whole
+    summary = " ".join(line.strip() for line in lines if not line.startswith(("┏", "┃", "┡", "│", "└", " ")))
+    for policy in ("hermes", "infinipot"):
+        assert f"{policy}: TTFT(4)/TTFT(4) = " in summary
+    assert "compress_fraction " in summary and "real time at 1 fps" in summary

@@ -7,13 +7,15 @@ from typing import Annotated
 
 import typer
 
-from .console import out
+from .console import out, quiet, set_verbosity
+from .options import QuietOpt, VerboseOpt
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the list as one JSON document (for scripts).")]
 
 
-def list_models(json_out: JsonOpt = False) -> None:
+def list_models(json_out: JsonOpt = False, quiet_: QuietOpt = False, verbose_: VerboseOpt = False) -> None:
     """List the supported model families, the default on this machine, and local weights."""
+    set_verbosity(quiet_, verbose_)
     from ..models.registry import BUILTIN, FAMILIES, locally_present
     from .machine import default_model
 
@@ -35,12 +37,15 @@ def list_models(json_out: JsonOpt = False) -> None:
     for builtin_name, family in BUILTIN.items():
         table.add_row(family, builtin_name, "built in (random weights)")
     out.print(table)
+    if quiet():
+        return
     out.print(f"default here: [bold]{name}[/] ({why}); override with --model or HERMES_MODEL")
     out.print("any local directory holding one of these families works too: --model /path/to/model")
 
 
-def list_policies(json_out: JsonOpt = False) -> None:
+def list_policies(json_out: JsonOpt = False, quiet_: QuietOpt = False, verbose_: VerboseOpt = False) -> None:
     """List the memory policies, what each keeps, and their parameters."""
+    set_verbosity(quiet_, verbose_)
     from .catalog import load
 
     data = [{**p, "parameters": [{k: v for k, v in prm.items() if k != "type"} for prm in p["parameters"]]}
@@ -52,4 +57,5 @@ def list_policies(json_out: JsonOpt = False) -> None:
         out.print(f"[bold]{p['name']}[/] — {p['keeps']}")
         for prm in p["parameters"]:
             out.print(f"    {prm['name']} = {prm['default']!r}  [dim]{prm['help']}[/]")
-    out.print("set parameters with --policy-opt KEY=VALUE")
+    if not quiet():
+        out.print("set parameters with --policy-opt KEY=VALUE")
