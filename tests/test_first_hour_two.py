@@ -7,6 +7,7 @@ uses typer's runner.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -146,3 +147,59 @@ def test_the_bench_table_and_summary_read_whole_at_80_columns():
     for policy in ("hermes", "infinipot"):
         assert f"{policy}: TTFT(4)/TTFT(4) = " in summary
     assert "compress_fraction " in summary and "real time at 1 fps" in summary
+
+
+# -- 4. --json at a terminal: stdout holds JSON only, and no prompt -------------------------------------
+def test_json_at_a_terminal_keeps_stdout_json_only_and_shows_no_prompt(video):
+    """stdin and stderr a terminal, stdout a pipe: /stats goes to stderr, no '? ' prompt anywhere."""
+    import pty
+    import select
+    import time
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "hermes_cli", "watch", video, "--model", "tiny", "--chunk", "4",
+                             "--max-new-tokens", "2", "--json"], stdin=slave, stderr=slave, stdout=subprocess.PIPE,
+                            env=env(TERM="xterm"), cwd=ROOT)
+    os.close(slave)
+    os.write(master, b"/stats\nWhat is it?\n/help\n")
+    seen = b""
+    deadline = time.monotonic() + 90
+    sent_eof = False
+    while time.monotonic() < deadline and proc.poll() is None:
+        ready, _, _ = select.select([master], [], [], 0.2)
+        if ready:
+            try:
+                seen += os.read(master, 65536)
+            except OSError:
+                break
+        if not sent_eof and (b"/quit" in seen or time.monotonic() > deadline - 30):
+            os.write(master, b"\x04")  # /help's text came (everything before it was answered), or time is up
+            sent_eof = True
+    try:
+        stdout = proc.communicate(timeout=30)[0].decode()
+    finally:
+        proc.kill()
+        os.close(master)
+    stderr = seen.decode("utf-8", "replace").replace("\r", "")
+    assert proc.returncode == 0, stderr
+    records = [json.loads(line) for line in stdout.splitlines()]  # every stdout line is JSON
+    assert [r["question"] for r in records] == ["What is it?"]
+    assert "stream" in stderr and "cache" in stderr and "tokens/layer" in stderr  # /stats, on stderr
+    assert not any(line.startswith("?") for line in stderr.splitlines()), stderr
+
+
+# -- 5. a source that fails before its first frame prints no answer -----------------------------------
+def test_a_source_that_fails_before_any_frame_prints_no_answer_record(tmp_path):
+    """A faststart mp4 cut after its index: it opens, then no frame decodes. One error line, nothing on stdout."""
+    from tests.media import make_video
+
+    whole = tmp_path / "whole.mp4"
+    make_video(whole, seconds=4, fps=4, faststart=True)
+    data = whole.read_bytes()
+    cut = tmp_path / "cut.mp4"
+    cut.write_bytes(data[:data.index(b"mdat") + 8])
+    done = hermes("watch", str(cut), "--model", "tiny", "--ask", "hi", "--json", "--max-new-tokens", "2")
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no video frame could be decoded" in lines[0], done.stderr

@@ -476,6 +476,13 @@ class LineAssistant(Assistant):
     def _notify(self, message: str) -> None:
         self.notice(f"» {message}")
 
+    def print(self, text: str) -> None:
+        """Command output: on stdout, or with ``emit`` (--json) on stderr, so stdout holds JSON only."""
+        if self.emit is not None:
+            self.notice(text)
+        else:
+            super().print(text)
+
     def run(self, lines: Iterable[str] | None = None) -> None:
         """Answer ``lines`` (default: stdin) until they end."""
         self.ingestor.start()

@@ -72,7 +72,8 @@ def run_stream(
 
     A source that fails (``SourceError``: a live stream that stays down past its reconnect window,
     a damaged file) ends the stream early: the questions still owed are answered from the memory
-    so far, then the error is raised.
+    so far, then the error is raised; a source that failed before its first frame raises at once
+    (no answer from an empty memory looks like a real one).
 
     ``prefetch`` > 0: frames are decoded in a background thread up to that many frames ahead
     (e.g. one chunk), so decoding the next chunk overlaps prefilling this one. Only for sources
@@ -110,6 +111,8 @@ def run_stream(
         lost = error
     finally:
         source.close()
+    if lost is not None and not session.units_seen and not session.pending_frames:
+        raise lost
     session.flush()
     for q in [*timed, *at_end]:
         ask(q)

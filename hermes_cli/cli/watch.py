@@ -106,7 +106,7 @@ def run_mode(mode: str, session, frames, questions, *, json_out: bool, pace: boo
         from ..app.live import run_lines
 
         def prompt() -> None:
-            if sys.stdin.isatty() and err.is_terminal:
+            if sys.stdin.isatty() and err.is_terminal and not json_out:  # --json: no prompt between records
                 err.file.write("? ")
                 err.file.flush()
 
