@@ -203,3 +203,50 @@ def test_a_source_that_fails_before_any_frame_prints_no_answer_record(tmp_path):
     assert done.stdout == ""
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "no video frame could be decoded" in lines[0], done.stderr
+
+
+# -- 6. eval warns about questions timed after the video's end ---------------------------------------------
+def late_annotations(folder: Path) -> Path:
+    from tests.media import make_video
+
+    make_video(folder / "v.mp4", seconds=4, fps=4, size=(96, 64))
+    ann = folder / "ann.json"
+    ann.write_text(json.dumps([{"video_id": "v", "video_path": "v.mp4", "conversations": [
+        {"question": "early?", "choices": ["a", "b"], "answer": "a", "end_time": 2},
+        {"question": "late?", "choices": ["a", "b"], "answer": "b", "end_time": 157}]}]))
+    return ann
+
+
+def test_eval_dry_run_warns_about_questions_after_the_end_of_the_video(tmp_path):
+    ann = late_annotations(tmp_path)
+    result = runner.invoke(app, ["eval", str(ann), "--dry-run", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["after_end"] == 1
+    (line,) = [line for line in result.stderr.splitlines() if "warning:" in line]
+    assert "1 question is timed after the end of its video" in line and "'late?' at 157s of v.mp4 (4." in line
+    text = runner.invoke(app, ["eval", str(ann), "--dry-run"])
+    assert "(after the video's end: 1)" in text.stdout
+
+
+def test_eval_run_warns_about_questions_after_the_end_of_the_video(tmp_path):
+    ann = late_annotations(tmp_path)
+    result = runner.invoke(app, ["eval", str(ann), "--model", "tiny", "--chunk", "2", "--max-new-tokens", "2",
+                                 "--json", "-o", str(tmp_path / "r.jsonl")])
+    assert result.exit_code == 0, result.output
+    assert "1 question is timed after the end of its video, e.g. 'late?' at 157s" in result.stderr
+    assert json.loads(result.stdout.splitlines()[-1])["questions"]["answered"] == 2
+
+
+# -- 7. eval with every video missing ---------------------------------------------------------------------
+def test_eval_with_every_video_missing_exits_2_with_one_line(tmp_path):
+    ann = tmp_path / "ann.json"
+    ann.write_text(json.dumps([
+        {"video_id": f"gone{i}", "video_path": f"/remote/gone{i}.mp4", "conversations": [
+            {"question": "q?", "choices": ["a", "b"], "answer": "a", "end_time": 1}]} for i in range(2)]))
+    result = hermes("eval", str(ann), "--model", "tiny", "--videos-dir", str(tmp_path))
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"none of the 2 videos of ann.json was found under --videos-dir {tmp_path}" in lines[0]
+    assert "/remote/gone0.mp4" in lines[0] and "None" not in lines[0]

@@ -128,9 +128,14 @@ def evaluate(
     finder = VideoFinder(videos_dir, annotations.resolve().parent)
     protocol = ("offline" if offline else "streaming") if offline is not None else default_protocol(aset)
 
+    jobs = plan_jobs(aset, questions, finder)
+    late = _timed_after_end(jobs, questions, fps, npy_fps) if protocol == "streaming" else []
+    if late:
+        warn(_late_warning(late))
     if dry_run:
-        _print_dry_run(aset, questions, plan_jobs(aset, questions, finder), protocol, json_out, out)
+        _print_dry_run(aset, questions, jobs, protocol, json_out, out, after_end=len(late))
         return
+    _check_some_video_found(jobs, annotations, videos_dir)
 
     prepare_model(model_settings)  # a dead hub or a bad model folder fails now, not after the first video
     model_name = model_settings.name()
@@ -152,6 +157,7 @@ def evaluate(
     records, report = _run(aset, questions, settings, factory, finder, output, judge,
                            show_progress=not (json_out or no_progress or quiet()))
     summary = _summary(records, report, questions, aset, annotations, protocol)
+    summary["settings"] = summary.get("settings") or settings.fingerprint()  # no record yet: this run's
     if summary_path is None and output is not None:
         summary_path = output.with_name(output.stem + ".summary.json")
     if summary_path is not None:
@@ -304,7 +310,52 @@ def _session_factory(settings, device, dtype, *, quiet: bool):
     return factory
 
 
-def _print_dry_run(aset, questions, jobs, protocol, json_out, out) -> None:
+def _check_some_video_found(jobs, annotations: Path, videos_dir: Path | None) -> None:
+    """Every video missing: one line and exit 2, before a model is loaded (nothing could be answered)."""
+    if not jobs or any(job.path is not None for job in jobs):
+        return
+    first = jobs[0].videos[0].video_path
+    where = f"under --videos-dir {videos_dir}" if videos_dir else f"next to {annotations.name} (no --videos-dir)"
+    raise UserError(f"none of the {len(jobs)} videos of {annotations.name} was found {where}, e.g. {first} — "
+                    "pass --videos-dir with the folder that holds them (names are matched recursively)")
+
+
+def _timed_after_end(jobs, questions, fps: float, npy_fps: float) -> list[tuple]:
+    """(question, video name, duration) for each selected question timed after its video's end.
+
+    Durations come from the files' headers (a .npy array: its frames at ``npy_fps``); a file that
+    cannot be opened is left to the run, which reports it.
+    """
+    from types import SimpleNamespace
+
+    from ..evaluation.runner import open_frames
+    from ..sources import SourceError
+
+    selected = {q.qid for q in questions}
+    late = []
+    for job in jobs:
+        timed = [q for q in job.questions if q.qid in selected and q.end_s is not None]
+        if job.path is None or not timed:
+            continue
+        try:
+            with open_frames(job.path, job.videos[0], SimpleNamespace(fps=fps, npy_fps=npy_fps), None) as frames:
+                duration = frames.duration_s
+        except (SourceError, OSError, ValueError):
+            continue
+        if duration is None:
+            continue
+        late.extend((q, job.path.name, duration) for q in timed if q.end_s > duration + 1.0 / fps)
+    return late
+
+
+def _late_warning(late: list[tuple]) -> str:
+    q, name, duration = late[0]
+    count = f"{len(late)} question{'s' if len(late) != 1 else ''} {'are' if len(late) != 1 else 'is'}"
+    return (f"{count} timed after the end of {'their' if len(late) != 1 else 'its'} video, e.g. {q.question!r} "
+            f"at {q.end_s:g}s of {name} ({duration:.1f}s): answered at the end of the stream, from all of it")
+
+
+def _print_dry_run(aset, questions, jobs, protocol, json_out, out, *, after_end: int = 0) -> None:
     from collections import Counter
 
     selected = {q.qid for q in questions}
@@ -320,7 +371,7 @@ def _print_dry_run(aset, questions, jobs, protocol, json_out, out) -> None:
         "annotations": str(aset.path), "protocol": protocol, "videos": len(jobs), "missing_videos": missing_videos,
         "questions": len(questions), "multiple_choice": sum(mc.values()), "open_ended": len(questions) - sum(mc.values()),
         "timed": sum(q.end_s is not None for q in questions), "unscorable": sum(not q.scorable for q in questions),
-        "problems": len(aset.problems),
+        "problems": len(aset.problems), "after_end": after_end,
         "per_task": {t: {"questions": n, "multiple_choice": mc[t], "missing_video": missing_q[t]} for t, n in sorted(per_task.items())},
     }
     if json_out:
@@ -335,7 +386,8 @@ def _print_dry_run(aset, questions, jobs, protocol, json_out, out) -> None:
         table.add_row(t, str(row["questions"]), str(row["multiple_choice"]), str(row["missing_video"]))
     out.print(table)
     out.print(f"videos found: {data['videos'] - missing_videos} of {data['videos']} · questions with end times: "
-              f"{data['timed']} · unscorable: {data['unscorable']} · annotation problems: {data['problems']}")
+              f"{data['timed']} (after the video's end: {after_end}) · unscorable: {data['unscorable']} · "
+              f"annotation problems: {data['problems']}")
 
 
 def _fmt(value, suffix: str = "") -> str:
