@@ -10,7 +10,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -332,13 +332,14 @@ def _timed_after_end(jobs, questions, fps: float, npy_fps: float) -> list[tuple]
     from ..sources import SourceError
 
     selected = {q.qid for q in questions}
-    late = []
+    late: list[tuple] = []
+    rates: Any = SimpleNamespace(fps=fps, npy_fps=npy_fps)  # what open_frames reads of the settings
     for job in jobs:
         timed = [q for q in job.questions if q.qid in selected and q.end_s is not None]
         if job.path is None or not timed:
             continue
         try:
-            with open_frames(job.path, job.videos[0], SimpleNamespace(fps=fps, npy_fps=npy_fps), None) as frames:
+            with open_frames(job.path, job.videos[0], rates, None) as frames:
                 duration = frames.duration_s
         except (SourceError, OSError, ValueError):
             continue
