@@ -250,3 +250,95 @@ def test_eval_with_every_video_missing_exits_2_with_one_line(tmp_path):
     assert len(lines) == 1, result.stderr
     assert f"none of the 2 videos of ann.json was found under --videos-dir {tmp_path}" in lines[0]
     assert "/remote/gone0.mp4" in lines[0] and "None" not in lines[0]
+
+
+# -- hermes logs: every answer in a local SQLite log ----------------------------------------------------------
+@pytest.mark.slow
+def test_logs_round_trip_two_runs_then_no_log(tmp_path):
+    from tests.media import make_video
+
+    clip = tmp_path / "clip.mp4"
+    make_video(clip, seconds=4, fps=4, size=(64, 48))
+    state = {"HERMES_LOGS": str(tmp_path / "state" / "logs.db")}
+    tiny = ["--model", "tiny", "--chunk", "2", "--max-new-tokens", "2"]
+    first = hermes("watch", str(clip), *tiny, "--ask-at", "2s=What comes first?", "--json", **state)
+    assert first.returncode == 0, first.stderr
+    second = hermes("watch", str(clip), *tiny, "--realtime", input="And then?\n", **state)  # piped lines, paced
+    assert second.returncode == 0, second.stderr
+    unlogged = hermes("watch", str(clip), *tiny, "--ask", "Not this one?", "--json", "--no-log", **state)
+    assert unlogged.returncode == 0, unlogged.stderr
+
+    done = hermes("logs", "-n", "2", "--json", **state)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert [r["question"] for r in rows] == ["What comes first?", "And then?"]
+    answered = json.loads(first.stdout)
+    assert rows[0]["stream_time_s"] == answered["stream_time_s"] and rows[0]["asked_at_s"] == 2.0
+    assert rows[0]["answer"] == answered["answer"] and rows[0]["ttft_ms"] == answered["ttft_ms"]
+    assert rows[1]["stream_time_s"] is not None and rows[1]["answer"] in second.stdout
+    for r in rows:
+        assert r["source"] == str(clip.resolve()) and r["model"] == "tiny" and r["policy"] == "hermes"
+        assert r["command"] == "watch" and r["tpot_ms"] is not None and r["frames_seen"] > 0
+    assert len(json.loads(hermes("logs", "-n", "0", "--json", **state).stdout)) == 2  # --no-log: no row
+
+    found = hermes("logs", "--search", "COMES", **state)  # case-insensitive, in questions and answers
+    assert "Q: What comes first?" in found.stdout and "And then?" not in found.stdout
+    assert "policy hermes" in found.stdout and "@ " in found.stdout
+
+
+def test_logs_off_and_on(tmp_path, monkeypatch):
+    from hermes_cli import answer_log
+    from hermes_cli.engine.records import Answer
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    monkeypatch.delenv("HERMES_LOGS", raising=False)
+    answer_log.begin("watch", "clip.mp4")
+    off = runner.invoke(app, ["logs", "off"])
+    assert off.exit_code == 0 and "answer log off" in off.stdout
+    answer_log.log_answer(Answer("while off?", "no", stream_time_s=1.0), model="tiny", policy="fifo")
+    assert answer_log.count() == 0
+    assert runner.invoke(app, ["logs", "on"]).exit_code == 0
+    answer_log.log_answer(Answer("while on?", "yes", stream_time_s=2.0), model="tiny", policy="fifo")
+    assert [r["question"] for r in answer_log.recent()] == ["while on?"]
+    assert runner.invoke(app, ["logs", "path"]).stdout.strip() == str(tmp_path / "hermes-video" / "logs.db")
+
+
+def test_an_old_schema_log_is_migrated_not_lost(tmp_path, monkeypatch):
+    """A file of the first layout (version 1) keeps its rows, gains the new columns, takes new answers."""
+    import sqlite3
+
+    from hermes_cli import answer_log
+    from hermes_cli.engine.records import Answer
+
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        db.execute(answer_log._V1)
+        db.execute("INSERT INTO answers (datetime_utc, source, model, policy, question, answer, stream_time_s, ttft_ms) "
+                   "VALUES ('2026-01-02T03:04:05+00:00', '/v/old.mp4', 'tiny', 'hermes', 'old question?', 'old answer', 7.5, 12.0)")
+        db.execute("PRAGMA user_version = 1")
+    db.close()
+    monkeypatch.setenv("HERMES_LOGS", str(path))
+    listed = runner.invoke(app, ["logs", "--json"])
+    assert listed.exit_code == 0, listed.output
+    (old,) = json.loads(listed.stdout)
+    assert old["question"] == "old question?" and old["stream_time_s"] == 7.5 and old["ttft_ms"] == 12.0
+    assert old["tpot_ms"] is None and old["command"] is None  # columns the first layout did not have
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == answer_log.SCHEMA_VERSION
+    db.close()
+    answer_log.begin("chat", None)
+    answer_log.log_answer(Answer("new?", "new", stream_time_s=1.0, tpot_ms=3.0), model="tiny", policy="fifo")
+    assert [(r["question"], r["tpot_ms"]) for r in answer_log.recent()] == [("old question?", None), ("new?", 3.0)]
+
+
+def test_a_log_from_a_newer_hermes_is_refused_in_one_line(tmp_path, monkeypatch):
+    import sqlite3
+
+    path = tmp_path / "new.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE answers (id INTEGER PRIMARY KEY)")
+        db.execute("PRAGMA user_version = 99")
+    db.close()
+    done = hermes("logs", HERMES_LOGS=str(path))
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert "schema version 99" in done.stderr and "upgrade hermes-video" in done.stderr

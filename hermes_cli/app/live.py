@@ -24,6 +24,7 @@ from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings
 from prompt_toolkit.patch_stdout import patch_stdout
 
+from ..answer_log import log_answer
 from ..engine.cache import KIND_VIDEO
 from ..engine.records import SessionStats
 from ..engine.session import Session
@@ -406,6 +407,7 @@ class Assistant:
             for piece in stream:
                 self.write(piece)
             self.write("\n")
+            log_answer(stream.answer, model=self.session.adapter.name, policy=self.session.policy.name)
         except KeyboardInterrupt:
             if stream is not None:
                 stream.close()  # returns once the question has left the memory
@@ -519,6 +521,7 @@ class LineAssistant(Assistant):
 
         self.ingestor.flush_for_question()
         answer = self.worker.answer(question)
+        log_answer(answer, model=self.session.adapter.name, policy=self.session.policy.name)
         self.emit(AskedAnswer(answer, answer.stream_time_s, self.worker.call(Session.stats)))
 
 

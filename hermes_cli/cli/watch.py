@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from .. import answer_log
 from ..frames import FrameSource
 from .console import Interrupted, UserError, err, out, quiet, set_debug, set_verbosity, warn
 from .factory import build_session, open_frames
@@ -21,6 +22,7 @@ from .groups import (
     session_settings,
     with_option_groups,
 )
+from .logs import NoLogOpt
 from .memory import MemoryRun, given_options, source_id
 from .options import NoProgressOpt, ReconnectOpt
 
@@ -39,6 +41,7 @@ def watch(
     reconnect: ReconnectOpt = None,
     snapshot_options: SnapshotOptions = SnapshotOptions(),
     no_progress: NoProgressOpt = False,
+    no_log: NoLogOpt = False,
     output: OutputOptions = OutputOptions(),
 ) -> None:
     """Stream a video through the model and answer questions from its memory.
@@ -58,6 +61,7 @@ def watch(
     set_debug(output.debug)
     set_verbosity(output.quiet_, output.verbose_)
     json_out = output.json_out
+    answer_log.begin("watch", source, enabled=not no_log)
     from ..app.streaming import TimedQuestion
 
     try:
@@ -137,6 +141,8 @@ def chat(
     answer_options: AnswerOptions = AnswerOptions(),
     reconnect: ReconnectOpt = None,
     snapshot_options: SnapshotOptions = SnapshotOptions(),
+    no_history: Annotated[bool, typer.Option("--no-history", help="Answer each question on its own (no earlier turns).")] = False,
+    no_log: NoLogOpt = False,
     output: OutputOptions = OutputOptions(),
 ) -> None:
     """Talk about a live camera or stream while it runs: an interactive prompt with live readouts.
@@ -166,11 +172,12 @@ def chat(
         return
     if not webcam and not source and not snapshot_options.memory:
         raise UserError("nothing to watch: pass --webcam [DEVICE], a live URL, or --memory FILE (see hermes chat --help)")
-    settings = session_settings(model_options, memory_options, answer_options)
+    settings = session_settings(model_options, memory_options, answer_options, history=not no_history)
     snapshots = MemoryRun.from_options(snapshot_options, quiet=json_out)
     settings = snapshots.settings(settings, given_options(ctx))
     settings.check()
     spec = (source or default_camera()) if webcam else source
+    answer_log.begin("chat", spec or snapshot_options.memory, enabled=not no_log)
     frames = None if spec is None else open_frames(spec, settings.memory.fps, reconnect, webcam=webcam)
     session = build_session(settings, quiet=json_out)
     frames = snapshots.attach(session, frames, None if spec is None else source_id(spec, webcam))
@@ -220,6 +227,8 @@ def run_batch(session, frames, questions, json_out: bool, *, progress: bool = Tr
 
     def on_answer(result):
         read["answers"] += 1
+        answer_log.log_answer(result.answer, model=session.adapter.name, policy=session.policy.name,
+                              asked_at_s=result.asked_at_s)
         if json_out:
             print(json.dumps(answer_record(result, frames)), flush=True)
             return
