@@ -342,3 +342,91 @@ def test_a_log_from_a_newer_hermes_is_refused_in_one_line(tmp_path, monkeypatch)
     done = hermes("logs", HERMES_LOGS=str(path))
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
     assert "schema version 99" in done.stderr and "upgrade hermes-video" in done.stderr
+
+
+# -- hermes pull: into the hub cache, with progress, resumable; then `hermes models` lists it -----------------
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_pull_with_the_hub_unreachable_fails_in_one_line_within_two_seconds(tmp_path):
+    import time
+
+    cmd = [sys.executable, "-m", "hermes_cli", "pull", "llava-hf/llava-onevision-qwen2-0.5b-ov-hf"]
+    environment = env(HF_ENDPOINT=f"http://127.0.0.1:{closed_port()}", HF_HOME=str(tmp_path))
+    del environment["HF_HUB_OFFLINE"]
+    start = time.monotonic()
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=environment, cwd=ROOT)
+    elapsed = time.monotonic() - start
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert "unreachable (connection refused)" in lines[0] and "HF_ENDPOINT" in lines[0]
+    # the probe itself is bounded by 2 s; the rest is Python starting (measured: the whole command)
+    assert elapsed < 2 + startup_seconds(), f"took {elapsed:.1f}s"
+    offline = hermes("pull", "llava-hf/llava-onevision-qwen2-0.5b-ov-hf", HF_HOME=str(tmp_path))
+    assert offline.returncode == 2 and "HF_HUB_OFFLINE is set" in offline.stderr
+    assert len(offline.stderr.strip().splitlines()) == 1
+    for name, why in (("tiny", "built in"), (str(tmp_path), "local directory"), ("no-slash", "not a hub id")):
+        done = hermes("pull", name, HF_HOME=str(tmp_path))
+        assert done.returncode == 2 and why in done.stderr, done.stderr
+
+
+def startup_seconds() -> float:
+    """How long `hermes --version` takes here: the part of a command's time that is Python starting."""
+    import time
+
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-m", "hermes_cli", "--version"], capture_output=True, env=env(), cwd=ROOT,
+                   timeout=60, check=True)
+    return time.monotonic() - start
+
+
+def test_pull_from_a_local_hub_downloads_with_progress_resumes_and_models_lists_it(tmp_path):
+    from tests.fake_hub import serve_hub
+
+    repo = "llava-hf/llava-onevision-qwen2-0.5b-ov-hf"
+    weights = os.urandom(21 * 2**20)  # past huggingface_hub's 10 MiB read size, so a cut-off download has a part
+    files = {"config.json": json.dumps({"model_type": "llava_onevision"}).encode(), "model.safetensors": weights,
+             "pytorch_model.bin": b"\0" * 1000, "tokenizer/tokenizer.json": b"{}"}
+    hub = serve_hub({repo: files}, drop_once={"model.safetensors"})
+    try:
+        environment = {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf")}
+        done = subprocess.run([sys.executable, "-m", "hermes_cli", "pull", repo], capture_output=True, text=True,
+                              timeout=120, cwd=ROOT, env={k: v for k, v in env(**environment).items()
+                                                          if k != "HF_HUB_OFFLINE"})
+        assert done.returncode == 0, done.stderr
+        assert f"pulling {repo}: 3 files, 22.0 MB to download" in done.stderr  # .bin skipped beside safetensors
+        assert "Fetching 3 files: 100%" in done.stderr  # the hub's progress bar
+        snapshot = tmp_path / "hf" / "hub" / "models--llava-hf--llava-onevision-qwen2-0.5b-ov-hf" / "snapshots"
+        (folder,) = snapshot.iterdir()
+        assert (folder / "model.safetensors").read_bytes() == weights
+        assert (folder / "tokenizer" / "tokenizer.json").exists() and not (folder / "pytorch_model.bin").exists()
+        assert hub.ranges and hub.ranges[0][0] == "model.safetensors"  # the cut-off file continued, not restarted
+        assert int(hub.ranges[0][1].split("=")[1].rstrip("-")) > 0
+        assert f"{repo}: 22.0 MB on disk" in done.stdout
+
+        models = subprocess.run([sys.executable, "-m", "hermes_cli", "models", "--json"], capture_output=True,
+                                text=True, timeout=60, cwd=ROOT, env=env(**environment))
+        (row,) = [r for r in json.loads(models.stdout)["models"] if r["model"] == repo]
+        assert row["present"] and row["size_on_disk_bytes"] == sum(len(files[f]) for f in
+                                                                   ("config.json", "model.safetensors",
+                                                                    "tokenizer/tokenizer.json"))
+        text = subprocess.run([sys.executable, "-m", "hermes_cli", "models"], capture_output=True, text=True,
+                              timeout=60, cwd=ROOT, env=env(**environment)).stdout
+        assert "yes · 22.0 MB" in text
+
+        again = subprocess.run([sys.executable, "-m", "hermes_cli", "pull", repo], capture_output=True, text=True,
+                               timeout=120, cwd=ROOT, env={k: v for k, v in env(**environment).items()
+                                                           if k != "HF_HUB_OFFLINE"})
+        assert again.returncode == 0 and "0 bytes to download (3 already here)" in again.stderr, again.stderr
+        missing = subprocess.run([sys.executable, "-m", "hermes_cli", "pull", "org/missing"], capture_output=True,
+                                 text=True, timeout=60, cwd=ROOT, env={k: v for k, v in env(**environment).items()
+                                                                       if k != "HF_HUB_OFFLINE"})
+        assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1, missing.stderr
+        assert f"org/missing is not on the model hub at {hub.url}" in missing.stderr
+    finally:
+        hub.stop()

@@ -15,6 +15,7 @@ from .console import DEBUG, Interrupted, UserError, err, out, set_verbosity
 from .eval import evaluate
 from .info import list_models, list_policies
 from .logs import logs
+from .pull import pull
 from .watch import chat, watch
 
 app = typer.Typer(
@@ -67,7 +68,8 @@ class _Command(typer.core.TyperCommand):
 
 
 for _name, _function in (("watch", watch), ("chat", chat), ("models", list_models), ("policies", list_policies),
-                         ("bench", bench), ("eval", evaluate), ("logs", logs)):
+                         ("bench", bench), ("eval", evaluate), ("logs", logs),
+                         ("pull", pull)):
     app.command(_name, cls=_Command)(_function)
 
 
