@@ -430,3 +430,95 @@ def test_pull_from_a_local_hub_downloads_with_progress_resumes_and_models_lists_
         assert f"org/missing is not on the model hub at {hub.url}" in missing.stderr
     finally:
         hub.stop()
+
+
+# -- 8. the smaller findings ------------------------------------------------------------------------------
+@pytest.mark.parametrize("width", [60, 80])
+def test_help_stats_and_policy_wrap_between_words(tiny_llava, width):
+    from hermes_cli.app.live import HELP, Assistant, fit, stats_text
+    from hermes_cli.engine.session import Session, SessionConfig
+    from tests.conftest import moving_square_frames
+
+    session = Session(tiny_llava, config=SessionConfig(chunk_frames=2, max_new_tokens=2))
+    session.ingest(moving_square_frames(2), [0.0, 1.0])
+    for text in (HELP, stats_text(session.stats())):
+        fitted = fit(text, width)
+        assert all(len(line) <= width for line in fitted.splitlines()), fitted
+        assert fitted.split() == text.split()  # the same words, none cut
+    written: list[str] = []
+    assistant = Assistant(session, [], write=written.append)
+    assistant._columns = lambda: width  # type: ignore[method-assign]  # what the terminal reports
+    assistant.ingestor.start()
+    try:
+        for command in ("/help", "/policy", "/stats"):
+            written.clear()
+            assistant.command(command)
+            assert written and all(len(line) < width for line in "".join(written).splitlines()), (command, written)
+    finally:
+        assistant.ingestor.stop()
+
+
+def test_a_narrow_toolbar_keeps_the_cache_before_the_timings(tiny_llava):
+    from hermes_cli.app.live import Ingestor, toolbar_text
+    from hermes_cli.engine.session import Session, SessionConfig
+    from tests.conftest import moving_square_frames
+
+    session = Session(tiny_llava, config=SessionConfig(chunk_frames=2, max_new_tokens=2))
+    session.ingest(moving_square_frames(4), [0.0, 1.0, 2.0, 3.0])
+    session.answer("what?")
+    bar = toolbar_text(Ingestor(session, [], lambda message: None), 60)
+    assert len(bar) <= 60 and "cache" in bar and "frames" in bar
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--ask", ""], '--ask "" is an empty question'),
+    (["--ask", "  "], '--ask "" is an empty question'),
+    (["--ask-at", "1:75=hi"], "minutes and seconds after a colon run from 0 to 59"),
+    (["--ask-at", "1:61:00=hi"], "minutes and seconds after a colon run from 0 to 59"),
+    (["--model", "tiny-foo"], "'tiny-foo' is not a built-in model name; built in: tiny,"),
+])
+def test_bad_questions_and_names_are_refused_before_loading(video, args, message):
+    result = runner.invoke(app, ["watch", video, *(["--ask", "hi"] if "--ask" not in args else []), *args])
+    assert result.exit_code != 0 and message in str(result.exception), result.exception
+
+
+def test_clock_times_still_read():
+    from hermes_cli.app.streaming import parse_time
+
+    assert parse_time("1:05") == 65 and parse_time("1:02:03") == 3723 and parse_time("0:59.5") == 59.5
+
+
+def test_eval_on_a_video_or_an_empty_list_says_what_the_file_is(tmp_path, video):
+    result = runner.invoke(app, ["eval", video])
+    assert "is not an annotation file: it is not text" in str(result.exception) and "codec" not in str(result.exception)
+    empty = tmp_path / "empty.json"
+    empty.write_text("[]")
+    result = runner.invoke(app, ["eval", str(empty)])
+    assert "holds no entries" in str(result.exception) and "problems above" not in str(result.exception)
+
+
+def test_quiet_watch_prints_the_answers_alone(video):
+    result = runner.invoke(app, ["watch", video, "--model", "tiny", "--chunk", "4", "--max-new-tokens", "2",
+                                 "--ask", "hi", "--ask", "again", "-q"])
+    assert result.exit_code == 0, result.output
+    assert len(result.stdout.splitlines()) == 2 and "Q (" not in result.stdout and "ttft" not in result.stdout
+    assert result.stderr == ""
+
+
+def test_counts_of_one_are_singular():
+    from hermes_cli.cli.console import counted
+
+    assert counted(1, "frame") == "1 frame" and counted(2, "frame") == "2 frames"
+    assert counted(1, "entry", "entries") == "1 entry" and counted(0, "entry", "entries") == "0 entries"
+
+
+def test_bench_help_examples_are_kept_whole_at_80_columns():
+    text = runner.invoke(app, ["bench", "--help"], env={"COLUMNS": "80"}).stdout
+    examples = text[text.index("Examples:"):text.index("Options")]
+    assert "hermes bench --model tiny --frames 16,64,256 --policies hermes,full \\\n" in examples
+    assert all(len(line) <= 80 for line in examples.splitlines())
+
+
+def test_chat_takes_no_history():
+    result = runner.invoke(app, ["chat", "--help"], env={"COLUMNS": "200"})
+    assert "--no-history" in result.stdout and "--no-log" in result.stdout

@@ -33,12 +33,36 @@ from ..frames import FrameSource, as_source
 
 HELP = """\
 Ask anything about the stream; answers come from the memory as it is now.
-  /stats    readouts in full            /memory   what each layer group still holds
-  /pause    stop ingesting              /resume   continue ingesting
-  /policy   the memory policy           /clear    forget the conversation (keep the video)
-  /save [FILE]  write the memory to FILE (default: --save-memory or --autosave) to resume it later
-  /help     this text                   /quit     leave (also Ctrl-D, or Ctrl-C at an empty prompt)
+  /stats         readouts in full
+  /memory        what each layer group still holds
+  /pause         stop ingesting
+  /resume        continue ingesting
+  /policy        the memory policy
+  /clear         forget the conversation (keep the video)
+  /save [FILE]   write the memory to FILE (default: --save-memory or --autosave), to resume it later
+  /help          this text
+  /quit          leave (also Ctrl-D, or Ctrl-C at an empty prompt)
 Alt-Enter (or Esc Enter) starts a new line; Ctrl-C cancels an answer in progress."""
+
+
+def fit(text: str, width: int | None) -> str:
+    """``text`` with each line longer than ``width`` wrapped between words, never inside one; a
+    wrapped line continues under its text, past a label column (``/stats   …``, ``cache   …``)."""
+    import re
+    import textwrap
+
+    if width is None or width < 20:
+        return text
+    lines = []
+    for line in text.split("\n"):
+        if len(line) <= width:
+            lines.append(line)
+            continue
+        label = re.match(r"^(\s*\S+(?: \[\w+\])?\s{2,})", line)
+        indent = len(label.group(1)) if label and len(label.group(1)) < width // 2 else len(line) - len(line.lstrip())
+        lines.extend(textwrap.wrap(line, width, subsequent_indent=" " * indent, break_long_words=False,
+                                   break_on_hyphens=False) or [line])
+    return "\n".join(lines)
 
 
 RATE_WINDOW_S = 10.0  # "× real time" is measured over this much recent wall time
@@ -252,12 +276,12 @@ def toolbar_text(ingestor: Ingestor, width: int | None = None) -> str:
             + (f", {dropped} dropped" if dropped else "")
             + (f", {counters.gaps} gaps ({counters.gap_s:.0f}s)" if counters.gaps else "")
             + (" · reconnecting" if counters.reconnecting else "")),
-        (3, f"cache {cache.stream_tokens}/{budget} tok"),
+        (2, f"cache {cache.stream_tokens}/{budget} tok"),
         (7, f"KV {_mib(cache.kv_bytes)}"),
         (4, f"chunk {chunk:.0f} ms" if chunk is not None else ""),
         (5, f"{speed:.1f}× real time" if speed is not None else ""),
         (5, f"lag {lag:.1f}s" if lag is not None else ""),
-        (2, f"TTFT {answer.ttft_ms:.0f} ms · TPOT {answer.tpot_ms or 0:.0f} ms"
+        (3, f"TTFT {answer.ttft_ms:.0f} ms · TPOT {answer.tpot_ms or 0:.0f} ms"
             if answer is not None and answer.ttft_ms is not None else ""),
         (8, f"RSS {_mib(mem.rss_bytes)}" + (f" · GPU peak {_mib(mem.gpu_peak_bytes)}" if mem.gpu_peak_bytes else "")),
     ]
@@ -360,7 +384,8 @@ class Assistant:
         )
 
     def print(self, text: str) -> None:
-        self.write(text + "\n")
+        columns = self._columns()
+        self.write(fit(text, None if columns is None else columns - 1) + "\n")
 
     def _notify(self, message: str) -> None:
         self.print(f"» {message}")

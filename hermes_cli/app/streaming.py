@@ -25,6 +25,9 @@ def parse_time(text: str) -> float:
     text = text.strip().lower()
     if m := _CLOCK.match(text):
         hours, minutes, seconds = m.group(1), m.group(2), m.group(3)
+        if float(seconds) >= 60 or (hours is not None and int(minutes) >= 60):
+            raise ValueError(f"cannot read {text!r} as a stream time: minutes and seconds after a colon run "
+                             "from 0 to 59 (1:05 is 65 s; or write 135s)")
         return int(hours or 0) * 3600 + int(minutes) * 60 + float(seconds)
     if m := _SECONDS.match(text):
         scale = {"ms": 1e-3, "s": 1, None: 1, "m": 60, "min": 60, "h": 3600}[m.group(2)]

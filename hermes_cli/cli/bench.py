@@ -138,12 +138,13 @@ def bench(
     Real model sizes without weights: --arch NAME --random-weights builds a full-size model
     (parameters and dtype are printed) — add --synthetic-vision to skip the vision tower.
 
+    \b
     Examples:
-
-      hermes bench --model tiny --frames 16,64,256 --policies hermes,full --budget 200 --json
-
-      hermes bench --arch llava-onevision-0.5b --random-weights --synthetic-vision
-      --frames 8,16,32,48 --chunk 4 --budget 1024 --plot bench.png
+      hermes bench --model tiny --frames 16,64,256 --policies hermes,full \\
+          --budget 200 --json
+      hermes bench --arch llava-onevision-0.5b --random-weights \\
+          --synthetic-vision --frames 8,16,32,48 --chunk 4 --budget 1024 \\
+          --plot bench.png
     """
     set_debug(output.debug)
     set_verbosity(output.quiet_, output.verbose_)

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from .. import defaults
-from .console import Interrupted, UserError, err, out, quiet, set_debug, set_verbosity, warn
+from .console import Interrupted, UserError, counted, err, out, quiet, set_debug, set_verbosity, warn
 from .factory import (
     AnswerSettings,
     MemorySettings,
@@ -167,7 +167,8 @@ def evaluate(
         err.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
     if report.missing_videos:
         first = report.missing_videos[0]
-        err.print(f"[yellow]missing:[/] {len(report.missing_videos)} videos ({report.missing_questions} questions) "
+        err.print(f"[yellow]missing:[/] {counted(len(report.missing_videos), 'video')} "
+                  f"({counted(report.missing_questions, 'question')}) "
                   f"not found{' under ' + str(videos_dir) if videos_dir else ''}, e.g. {first}", soft_wrap=True)
     for failure in report.failed_videos[:5]:
         err.print(f"[yellow]failed:[/] {failure['video_id']}: {failure['error']}", soft_wrap=True)
@@ -191,7 +192,11 @@ def _load_questions(annotations: Path, tasks: list[str] | None, limit: int | Non
     for line in problems_summary(aset.problems):
         err.print(f"[yellow]annotation problem:[/] {line}", soft_wrap=True)
     if not aset.questions:
-        raise UserError(f"{annotations} holds no usable question ({aset.entries} entries) — see the problems above")
+        if not aset.entries:
+            raise UserError(f"{annotations} holds no entries — an annotation file is a JSON list of videos with "
+                            "their conversations (docs/evaluation.md)")
+        why = "see the problems above" if aset.problems else "their entries hold no conversations"
+        raise UserError(f"{annotations} holds no usable question ({counted(aset.entries, 'entry', 'entries')}) — {why}")
     task_list = [t for item in tasks or [] for t in item.split(",")]
     try:
         return aset, select_questions(aset, task_list, limit)
@@ -380,7 +385,8 @@ def _print_dry_run(aset, questions, jobs, protocol, json_out, out, *, after_end:
         return
     from rich.table import Table
 
-    table = Table(title=f"{aset.path.name}: {data['questions']} questions, {data['videos']} videos ({protocol} protocol)")
+    table = Table(title=f"{aset.path.name}: {counted(data['questions'], 'question')}, "
+                        f"{counted(data['videos'], 'video')} ({protocol} protocol)")
     for col in ("task", "questions", "multiple choice", "missing video"):
         table.add_column(col, justify="left" if col == "task" else "right")
     for t, row in data["per_task"].items():

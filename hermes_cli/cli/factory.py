@@ -145,8 +145,10 @@ class SessionSettings:
 
 def check_model(name: str) -> None:
     """A model name that cannot load fails now, before torch is imported."""
-    from ..models.registry import ModelLoadError, check_model_name
+    from ..models.registry import TINY_NAMES, ModelLoadError, check_model_name
 
+    if name.startswith("tiny") and name not in TINY_NAMES and "/" not in name:  # a built-in, mistyped
+        raise UserError(f"{name!r} is not a built-in model name; built in: {', '.join(TINY_NAMES)}")
     try:
         check_model_name(name)
     except ModelLoadError as exc:

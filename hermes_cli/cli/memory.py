@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..frames import FrameSource, IterableSource, SourceStats
-from .console import UserError, note
+from .console import UserError, counted, note
 from .factory import SessionSettings
 
 if TYPE_CHECKING:
@@ -135,8 +135,8 @@ class MemoryRun:
                 raise UserError(str(exc)) from None
             if not self.quiet:
                 s = session.stats()
-                note(f"memory from {snap.path}: {s.frames_seen} frames ({s.stream_time_s:.1f}s), "
-                     f"{s.cache.tokens} tokens/layer, {len(session.history)} turns")
+                note(f"memory from {snap.path}: {counted(s.frames_seen, 'frame')} ({s.stream_time_s:.1f}s), "
+                     f"{s.cache.tokens} tokens/layer, {counted(len(session.history), 'turn')}")
         set_destination(session, self.save or self.autosave, source)
         if self.autosave is not None:
             self.autosaver = Autosaver(session, Path(self.autosave).expanduser(), self.every_s, source=source)

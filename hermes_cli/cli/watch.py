@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from .. import answer_log
 from ..frames import FrameSource
-from .console import Interrupted, UserError, err, out, quiet, set_debug, set_verbosity, warn
+from .console import Interrupted, UserError, counted, err, out, quiet, set_debug, set_verbosity, warn
 from .factory import build_session, open_frames
 from .groups import (
     AnswerOptions,
@@ -64,6 +64,8 @@ def watch(
     answer_log.begin("watch", source, enabled=not no_log)
     from ..app.streaming import TimedQuestion
 
+    if any(not q.strip() for q in ask or []):
+        raise UserError('--ask "" is an empty question — pass the question to ask, e.g. --ask "What happens?"')
     try:
         questions = [TimedQuestion(q) for q in ask or []] + [TimedQuestion.parse(q) for q in ask_at or []]
     except ValueError as exc:
@@ -261,14 +263,18 @@ def run_batch(session, frames, questions, json_out: bool, *, progress: bool = Tr
         warn(warning)
     if not questions and not json_out:
         s = session.stats()
-        out.print(f"streamed {s.frames_seen} frames ({s.stream_time_s:.1f}s); "
+        out.print(f"streamed {counted(s.frames_seen, 'frame')} ({s.stream_time_s:.1f}s); "
                   f"cache {s.cache.tokens} tokens/layer, {s.cache.kv_bytes / 2**20:.1f} MiB")
 
 
 def print_answer(result) -> None:
-    """An answer as text: the question with when it was asked, the answer, its timings."""
+    """An answer as text: the question with when it was asked, the answer, its timings (-q: the answer alone)."""
     a = result.answer
-    out.print(f"[bold]Q[/] ({a.stream_time_s:.1f}s, {a.frames_seen} frames): {escape(a.question)}", soft_wrap=True)
+    if quiet():
+        out.print(escape(a.text), soft_wrap=True)
+        return
+    out.print(f"[bold]Q[/] ({a.stream_time_s:.1f}s, {counted(a.frames_seen, 'frame')}): {escape(a.question)}",
+              soft_wrap=True)
     out.print(f"[bold]A[/]: {escape(a.text)}", soft_wrap=True)
     if a.ttft_ms is not None:
         out.print(f"[dim]  ttft {a.ttft_ms:.0f} ms · tpot {a.tpot_ms or 0:.1f} ms · "
