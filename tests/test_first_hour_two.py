@@ -522,3 +522,43 @@ def test_bench_help_examples_are_kept_whole_at_80_columns():
 def test_chat_takes_no_history():
     result = runner.invoke(app, ["chat", "--help"], env={"COLUMNS": "200"})
     assert "--no-history" in result.stdout and "--no-log" in result.stdout
+
+
+@pytest.mark.slow
+def test_plain_lines_keep_the_questions_in_stdout_and_notices_off_the_prompt(video):
+    """`hermes watch clip | tee log` at a terminal: the log holds each question before its answer;
+    the end-of-stream notice starts a line of its own instead of running on after the prompt."""
+    import pty
+    import select
+    import time
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "hermes_cli", "watch", video, "--model", "tiny", "--chunk", "4",
+                             "--max-new-tokens", "2"], stdin=slave, stderr=slave, stdout=subprocess.PIPE,
+                            env=env(TERM="xterm"), cwd=ROOT)
+    os.close(slave)
+    seen = b""
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and b"end of stream" not in seen:
+        ready, _, _ = select.select([master], [], [], 0.2)
+        if ready:
+            seen += os.read(master, 65536)
+    time.sleep(0.3)
+    os.write(master, b"What happens?\n")
+    time.sleep(0.5)
+    os.write(master, b"\x04")
+    try:
+        stdout = proc.communicate(timeout=60)[0].decode()
+        while select.select([master], [], [], 0.2)[0]:
+            try:
+                seen += os.read(master, 65536)
+            except OSError:
+                break
+    finally:
+        proc.kill()
+        os.close(master)
+    terminal = seen.decode("utf-8", "replace").replace("\r", "")
+    assert proc.returncode == 0, terminal
+    lines = stdout.splitlines()
+    assert lines[0] == "? What happens?" and len(lines) == 2, stdout
+    assert "? » end of stream" not in terminal and "\n» end of stream" in terminal, terminal

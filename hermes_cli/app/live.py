@@ -499,9 +499,19 @@ class LineAssistant(Assistant):
         self.notice = notice or (lambda text: sys.stderr.write(text + "\n"))
         self.show_prompt = prompt
         self.emit = emit
+        self._prompted = False  # a prompt is on the terminal, waiting for a line
+        self._echo = False  # questions typed at a terminal are written to stdout too (`| tee log` keeps them)
 
     def _notify(self, message: str) -> None:
-        self.notice(f"» {message}")
+        """A notice on a line of its own: after a waiting prompt, a new line first, then the prompt again."""
+        self.notice(("\n" if self._prompted else "") + f"» {message}")
+        if self._prompted and self.show_prompt:
+            self.show_prompt()
+
+    def _prompt(self) -> None:
+        if self.show_prompt:
+            self.show_prompt()
+            self._prompted = True
 
     def print(self, text: str) -> None:
         """Command output: on stdout, or with ``emit`` (--json) on stderr, so stdout holds JSON only."""
@@ -512,19 +522,21 @@ class LineAssistant(Assistant):
 
     def run(self, lines: Iterable[str] | None = None) -> None:
         """Answer ``lines`` (default: stdin) until they end."""
+        self._echo = lines is None and self.emit is None and sys.stdin.isatty()
         self.ingestor.start()
         try:
-            if self.show_prompt:
-                self.show_prompt()
+            self._prompt()
             for raw in lines if lines is not None else sys.stdin:
+                self._prompted = False
                 text = raw.strip()
                 if text.startswith("/"):
                     if not self.command(text):
                         break
                 elif text:
+                    if self._echo:
+                        self.write(f"? {text}\n")
                     self.answer(text)
-                if self.show_prompt:
-                    self.show_prompt()
+                self._prompt()
         finally:
             self.ingestor.stop()
 
