@@ -562,3 +562,13 @@ def test_plain_lines_keep_the_questions_in_stdout_and_notices_off_the_prompt(vid
     lines = stdout.splitlines()
     assert lines[0] == "? What happens?" and len(lines) == 2, stdout
     assert "? » end of stream" not in terminal and "\n» end of stream" in terminal, terminal
+
+
+def test_models_lists_every_default_model():
+    """Each model `hermes watch` may pick by default is in `hermes models` (Qwen3-VL-2B for 7 GiB)."""
+    from hermes_cli.models.registry import FAMILIES, GPU_TIERS, SMALL_MODEL
+
+    listed = {m for f in FAMILIES for m in f.examples}
+    assert {m for _, names in GPU_TIERS for m in names} | {SMALL_MODEL} <= listed
+    rows = json.loads(runner.invoke(app, ["models", "--json"]).stdout)["models"]
+    assert "Qwen/Qwen3-VL-2B-Instruct" in {r["model"] for r in rows}

@@ -29,7 +29,8 @@ FAMILIES = (
     Family("llava-onevision", ("llava_onevision",),
            ("llava-hf/llava-onevision-qwen2-7b-ov-hf", "llava-hf/llava-onevision-qwen2-0.5b-ov-hf")),
     Family("qwen3-vl", ("qwen3_vl", "qwen3_vl_moe"),
-           ("Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-4B-Instruct", "Qwen/Qwen3-VL-30B-A3B-Instruct"), 2),
+           ("Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-4B-Instruct", "Qwen/Qwen3-VL-2B-Instruct",
+            "Qwen/Qwen3-VL-30B-A3B-Instruct"), 2),
 )
 
 # the default on a GPU: (GiB free, models that fit in bf16 with room for the cache, preferred first)
