@@ -572,3 +572,16 @@ def test_models_lists_every_default_model():
     assert {m for _, names in GPU_TIERS for m in names} | {SMALL_MODEL} <= listed
     rows = json.loads(runner.invoke(app, ["models", "--json"]).stdout)["models"]
     assert "Qwen/Qwen3-VL-2B-Instruct" in {r["model"] for r in rows}
+
+
+def test_the_bench_comparison_names_the_stream_length_both_policies_reached():
+    """After Ctrl-C, hermes may have reached 512 frames and fifo only 16: the ratio is at 16, and says so."""
+    from types import SimpleNamespace
+
+    from hermes_cli.bench.runner import ttft_versus
+    from hermes_cli.cli.bench import _common_longest
+
+    records = [SimpleNamespace(policy=p, frames=f, ttft_ms=t) for p, f, t in
+               (("hermes", 16, 10.0), ("hermes", 512, 11.0), ("fifo", 16, 20.0))]
+    assert _common_longest(records, "hermes", "fifo") == 16
+    assert ttft_versus(records, "hermes", "fifo") == 0.5  # hermes at 16 against fifo at 16, not at 512

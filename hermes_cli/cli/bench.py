@@ -205,7 +205,8 @@ def bench(
         if bounded in names and "fifo" in names:
             ratio = ttft_versus(records, bounded, "fifo")
             if ratio is not None:
-                summary_console.print(f"TTFT {bounded}/fifo at the longest stream: {ratio:.2f}")
+                summary_console.print(f"TTFT {bounded}/fifo at {_common_longest(records, bounded, 'fifo')} frames, "
+                                      f"the longest stream both were measured at: {ratio:.2f}")
     if o.plot:
         from ..bench.runner import plot_records
 
@@ -418,6 +419,11 @@ def _run(adapter, names, steps, budget, chunk, fps, repeats, warmup, max_new_tok
                              pseudo_query=pseudo_query)
     except (ValueError, SourceError, PositionLimitError) as exc:
         raise UserError(str(exc).splitlines()[0]) from exc
+
+
+def _common_longest(records, policy: str, other: str) -> int:
+    """The most frames both policies were measured at (after Ctrl-C, one may have got further)."""
+    return max({r.frames for r in records if r.policy == policy} & {r.frames for r in records if r.policy == other})
 
 
 def _say(text: str) -> None:
