@@ -35,6 +35,7 @@ def hermes(*args: str, input: str | None = None, timeout: float = 120, **extra: 
 
 
 # -- 1. a torchvision that does not match torch ----------------------------------------------------------
+@pytest.mark.slow
 def test_a_mismatched_torchvision_is_one_line_naming_both_versions_and_the_fix(tmp_path, video):
     """A torchvision whose import raises what a build for another torch raises: one line, exit 2."""
     fake = tmp_path / "site" / "torchvision"
@@ -132,6 +133,7 @@ def run_in_pty(args: list[str], columns: int, timeout: float = 120) -> str:
     return re.sub(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07]*\x07|[()][A-Z0-9]|[=>])", "", text).replace("\r", "")
 
 
+@pytest.mark.slow
 def test_the_bench_table_and_summary_read_whole_at_80_columns():
     text = run_in_pty(["bench", *TINY_BENCH], 80)
     table = text[text.index("hermes bench — tiny"):]
@@ -150,6 +152,7 @@ def test_the_bench_table_and_summary_read_whole_at_80_columns():
 
 
 # -- 4. --json at a terminal: stdout holds JSON only, and no prompt -------------------------------------
+@pytest.mark.slow
 def test_json_at_a_terminal_keeps_stdout_json_only_and_shows_no_prompt(video):
     """stdin and stderr a terminal, stdout a pipe: /stats goes to stderr, no '? ' prompt anywhere."""
     import pty
@@ -189,6 +192,7 @@ def test_json_at_a_terminal_keeps_stdout_json_only_and_shows_no_prompt(video):
 
 
 # -- 5. a source that fails before its first frame prints no answer -----------------------------------
+@pytest.mark.slow
 def test_a_source_that_fails_before_any_frame_prints_no_answer_record(tmp_path):
     """A faststart mp4 cut after its index: it opens, then no frame decodes. One error line, nothing on stdout."""
     from tests.media import make_video
