@@ -202,9 +202,10 @@ SETTINGS: tuple[Setting, ...] = (
     _s("no_progress", bool, False, "No progress bar (it is shown on a terminal only).", "output", "--no-progress",
        commands={"watch": Use(), "eval": Use()}),
     _s("quiet_", bool, False, "Only answers and errors: no notes, warnings or progress.", "output", "--quiet", "-q",
-       config=False, commands={**LIVE, "eval": Use()}),
+       config=False, commands={**LIVE, "eval": Use(),
+                               "bench": Use(help="Only the results: no notes, warnings, progress or summary lines.")}),
     _s("verbose_", bool, False, "Also say what is loaded and from where, with the libraries' own messages.",
-       "output", "--verbose", "-v", config=False, commands={**LIVE, "eval": Use()}),
+       "output", "--verbose", "-v", config=False, commands={**LIVE, "eval": Use(), "bench": Use()}),
     _s("debug", bool, False, "Show tracebacks instead of one-line errors.", "output", "--debug", config=False,
        commands={**LIVE, "eval": Use(), "bench": Use()}),
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from contextlib import contextmanager
 
 import numpy as np
@@ -15,6 +16,8 @@ torch.set_num_threads(1)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# answers the CLI under test logs go to a throwaway file, never the user's own log
+os.environ["HERMES_LOGS"] = os.path.join(tempfile.mkdtemp(prefix="hermes-test-logs-"), "logs.db")
 
 
 @pytest.fixture(scope="session")

@@ -271,9 +271,9 @@ def test_device_cuda_without_a_gpu_names_the_cause(video):
 
 def test_ask_at_past_the_end_and_fps_above_the_source_warn(video):
     result = runner.invoke(app, ["watch", video, "--model", "tiny", "--chunk", "4", "--max-new-tokens", "1",
-                                 "--ask-at", "99:99=late?", "--fps", "100", "--json"])
+                                 "--ask-at", "99:59=late?", "--fps", "100", "--json"])
     assert result.exit_code == 0, result.output
-    assert "warning: --ask-at 6039s is after the end of clip.mp4 (12.0s): 'late?' is answered at the end" in result.stderr
+    assert "warning: --ask-at 5999s is after the end of clip.mp4 (12.0s): 'late?' is answered at the end" in result.stderr
     assert "note: clip.mp4: --fps 100 exceeds the video's 8 fps; every frame is used once, so it gives 8 fps" in result.stderr
     (record,) = json_lines(result.stdout)
     assert record["frames_seen"] == 96  # 12 s at the source's own 8 fps

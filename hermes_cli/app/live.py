@@ -26,6 +26,7 @@ from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings
 from prompt_toolkit.patch_stdout import patch_stdout
 
+from ..answer_log import log_answer
 from ..engine.readouts import MemoryMap
 from ..engine.records import SessionStats
 from ..frames import FrameSource, as_source
@@ -34,12 +35,36 @@ from .notifications import NotificationWatcher, notification_line
 
 HELP = """\
 Ask anything about the stream; answers come from the memory as it is now.
-  /stats    readouts in full            /memory   what each layer group still holds
-  /pause    stop ingesting              /resume   continue ingesting
-  /policy   the memory policy           /clear    forget the conversation (keep the video)
-  /save [FILE]  write the memory to FILE (default: --save-memory or --autosave) to resume it later
-  /help     this text                   /quit     leave (also Ctrl-D, or Ctrl-C at an empty prompt)
+  /stats         readouts in full
+  /memory        what each layer group still holds
+  /pause         stop ingesting
+  /resume        continue ingesting
+  /policy        the memory policy
+  /clear         forget the conversation (keep the video)
+  /save [FILE]   write the memory to FILE (default: --save-memory or --autosave), to resume it later
+  /help          this text
+  /quit          leave (also Ctrl-D, or Ctrl-C at an empty prompt)
 Alt-Enter (or Esc Enter) starts a new line; Ctrl-C cancels an answer in progress."""
+
+
+def fit(text: str, width: int | None) -> str:
+    """``text`` with each line longer than ``width`` wrapped between words, never inside one; a
+    wrapped line continues under its text, past a label column (``/stats   …``, ``cache   …``)."""
+    import re
+    import textwrap
+
+    if width is None or width < 20:
+        return text
+    lines = []
+    for line in text.split("\n"):
+        if len(line) <= width:
+            lines.append(line)
+            continue
+        label = re.match(r"^(\s*\S+(?: \[\w+\])?\s{2,})", line)
+        indent = len(label.group(1)) if label and len(label.group(1)) < width // 2 else len(line) - len(line.lstrip())
+        lines.extend(textwrap.wrap(line, width, subsequent_indent=" " * indent, break_long_words=False,
+                                   break_on_hyphens=False) or [line])
+    return "\n".join(lines)
 
 
 RATE_WINDOW_S = 10.0  # "× real time" is measured over this much recent wall time
@@ -234,12 +259,12 @@ def toolbar_text(ingestor: Ingestor, width: int | None = None) -> str:
             + (f", {dropped} dropped" if dropped else "")
             + (f", {counters.gaps} gaps ({counters.gap_s:.0f}s)" if counters.gaps else "")
             + (" · reconnecting" if counters.reconnecting else "")),
-        (3, f"cache {cache.stream_tokens}/{budget} tok"),
+        (2, f"cache {cache.stream_tokens}/{budget} tok"),
         (7, f"KV {_mib(cache.kv_bytes)}"),
         (4, f"chunk {chunk:.0f} ms" if chunk is not None else ""),
         (5, f"{speed:.1f}× real time" if speed is not None else ""),
         (5, f"lag {lag:.1f}s" if lag is not None else ""),
-        (2, f"TTFT {answer.ttft_ms:.0f} ms · TPOT {answer.tpot_ms or 0:.0f} ms"
+        (3, f"TTFT {answer.ttft_ms:.0f} ms · TPOT {answer.tpot_ms or 0:.0f} ms"
             if answer is not None and answer.ttft_ms is not None else ""),
         (8, f"RSS {_mib(mem.rss_bytes)}" + (f" · GPU peak {_mib(mem.gpu_peak_bytes)}" if mem.gpu_peak_bytes else "")),
         (1, f"🔔 {notified}" if notified else ""),
@@ -353,7 +378,8 @@ class Assistant:
         )
 
     def print(self, text: str) -> None:
-        self.write(text + "\n")
+        columns = self._columns()
+        self.write(fit(text, None if columns is None else columns - 1) + "\n")
 
     def _notify(self, message: str) -> None:
         self.print(f"» {message}")
@@ -413,6 +439,7 @@ class Assistant:
             for piece in handle:
                 self.write(piece)
             self.write("\n")
+            log_answer(handle.answer, model=self.stream.model, policy=self.stream.policy.name)
         except KeyboardInterrupt:
             if handle is not None:
                 handle.close()  # returns once the question has left the memory
@@ -478,9 +505,26 @@ class LineAssistant(Assistant):
         self.notice = notice or (lambda text: sys.stderr.write(text + "\n"))
         self.show_prompt = prompt
         self.emit = emit
+        self._prompted = False  # a prompt is on the terminal, waiting for a line
+        self._echo = False  # questions typed at a terminal are written to stdout too (`| tee log` keeps them)
 
     def _notify(self, message: str) -> None:
-        self.notice(f"» {message}")
+        """A notice on a line of its own: after a waiting prompt, a new line first, then the prompt again."""
+        self.notice(("\n" if self._prompted else "") + f"» {message}")
+        if self._prompted and self.show_prompt:
+            self.show_prompt()
+
+    def _prompt(self) -> None:
+        if self.show_prompt:
+            self.show_prompt()
+            self._prompted = True
+
+    def print(self, text: str) -> None:
+        """Command output: on stdout, or with ``emit`` (--json) on stderr, so stdout holds JSON only."""
+        if self.emit is not None:
+            self.notice(text)
+        else:
+            super().print(text)
 
     def _show_notification(self, record: dict) -> None:
         if self.emit is not None and "error" not in record:  # --json: one object per line on stdout
@@ -491,19 +535,21 @@ class LineAssistant(Assistant):
     def run(self, lines: Iterable[str] | None = None) -> None:
         """Answer ``lines`` (default: stdin) until they end."""
         self._follow_notifications()
+        self._echo = lines is None and self.emit is None and sys.stdin.isatty()
         self.ingestor.start()
         try:
-            if self.show_prompt:
-                self.show_prompt()
+            self._prompt()
             for raw in lines if lines is not None else sys.stdin:
+                self._prompted = False
                 text = raw.strip()
                 if text.startswith("/"):
                     if not self.command(text):
                         break
                 elif text:
+                    if self._echo:
+                        self.write(f"? {text}\n")
                     self.answer(text)
-                if self.show_prompt:
-                    self.show_prompt()
+                self._prompt()
         finally:
             self.ingestor.stop()
             self._stop_following()
@@ -525,6 +571,7 @@ class LineAssistant(Assistant):
         from .streaming import AskedAnswer
 
         answer = self.stream.answer(question, flush=self.ingestor.live)
+        log_answer(answer, model=self.stream.model, policy=self.stream.policy.name)
         self.emit(AskedAnswer(answer, answer.stream_time_s, self.stream.fresh_stats()))
 
 

@@ -25,6 +25,9 @@ def parse_time(text: str) -> float:
     text = text.strip().lower()
     if m := _CLOCK.match(text):
         hours, minutes, seconds = m.group(1), m.group(2), m.group(3)
+        if float(seconds) >= 60 or (hours is not None and int(minutes) >= 60):
+            raise ValueError(f"cannot read {text!r} as a stream time: minutes and seconds after a colon run "
+                             "from 0 to 59 (1:05 is 65 s; or write 135s)")
         return int(hours or 0) * 3600 + int(minutes) * 60 + float(seconds)
     if m := _SECONDS.match(text):
         scale = {"ms": 1e-3, "s": 1, None: 1, "m": 60, "min": 60, "h": 3600}[m.group(2)]
@@ -75,7 +78,8 @@ def run_stream(
     overlaps prefilling this one (``feed``). A question due at T is answered once every frame up
     to T is in the memory (the partial chunk flushed) and before any later frame. ``pace``: at
     real time. A source that fails (``SourceError``) ends the stream early: the questions still
-    owed are answered from the memory so far, then the error is raised.
+    owed are answered from the memory so far, then the error is raised; a source that failed
+    before its first frame raises at once (no answer from an empty memory looks like a real one).
     """
     from .feed import Pacer, feed
 
@@ -107,6 +111,8 @@ def run_stream(
     lost = feed(stream, frames, pacer=Pacer() if pace else None, stopping=stopping, before=before, on_frame=after,
                 end=False)
     stream.end(None if lost is None else str(lost))
+    if lost is not None and stream.counts().frames_submitted == 0:
+        raise lost
     for q in [*timed, *at_end]:
         ask(q)
     stream.flush()

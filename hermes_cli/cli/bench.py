@@ -16,9 +16,10 @@ import typer
 
 from .. import defaults
 from ..models.registry import ARCHS
-from .console import UserError, err, out, set_debug
+from .console import UserError, err, out, quiet, set_debug, set_verbosity
 from .groups import OptionGroup, option_group, with_option_groups
 from .options import policy_list_names
+from .torch_stack import check_torch_stack
 
 
 @option_group("model", "bench")
@@ -138,17 +139,18 @@ def bench(
     rss_growth_per_stream_vs_kv); --concurrent-questions 1,8 asks one question on each of B
     streams at once (one record per count: batch, decode_tokens_per_s).
 
+    \b
     Examples:
-
-      hermes bench --model tiny --frames 16,64,256 --policies hermes,full --budget 200 --json
-
-      hermes bench --arch llava-onevision-0.5b --random-weights --synthetic-vision
-      --frames 8,16,32,48 --chunk 4 --budget 1024 --plot bench.png
-
-      hermes bench --arch llava-onevision-0.5b --random-weights --synthetic-vision
-      --frames 32 --chunk 16 --streams 1,4 --json
+      hermes bench --model tiny --frames 16,64,256 --policies hermes,full \\
+          --budget 200 --json
+      hermes bench --arch llava-onevision-0.5b --random-weights \\
+          --synthetic-vision --frames 8,16,32,48 --chunk 4 --budget 1024 \\
+          --plot bench.png
+      hermes bench --arch llava-onevision-0.5b --random-weights \\
+          --synthetic-vision --frames 32 --chunk 16 --streams 1,4 --json
     """
     set_debug(output.debug)
+    set_verbosity(output.quiet_, output.verbose_)
     steps, names, frame_size = _check_options(stream, model, answers, output)
     counts = _check_engine_options(engine, answers)
     s, a, o = stream, answers, output
@@ -160,12 +162,12 @@ def bench(
         from ..bench.runner import default_budget
 
         budget, streamed = default_budget(adapter, steps, s.chunk, frame_size)
-        err.print(f"defaults: budget {budget} tokens/layer = a quarter of the {streamed} tokens {steps[-1]} frames "
-                  f"stream ({streamed // max(steps[-1], 1)} per frame at {frame_size[0]}x{frame_size[1]}) — "
-                  "set --budget to choose", soft_wrap=True)
+        _say(f"defaults: budget {budget} tokens/layer = a quarter of the {streamed} tokens {steps[-1]} frames "
+             f"stream ({streamed // max(steps[-1], 1)} per frame at {frame_size[0]}x{frame_size[1]}) — "
+             "set --budget to choose")
     info = _describe(adapter, s.synthetic_vision, names, steps, budget, s.chunk)
     for line in info:
-        err.print(line, soft_wrap=True)
+        _say(line)
 
     if counts is not None:
         _engine_mode(adapter, engine, counts, names[0], steps[-1], budget, s, a, o, frame_source)
@@ -185,23 +187,25 @@ def bench(
                        pseudo_query=s.pseudo_query, kv_bits=s.kv_bits, profile=o.profile)
     except BenchInterrupted as exc:
         records, interrupted = exc.records, True
-        err.print(f"[yellow]interrupted[/]: {len(records)} step(s) measured — reporting those")
+        _say(f"[yellow]interrupted[/]: {len(records)} step(s) measured — reporting those")
         if not records:
             raise typer.Exit(130) from None
 
     from ..bench.runner import policy_summaries, ttft_versus
 
     if not o.json_out:  # (with --json each record was printed as soon as it was measured)
-        out.print(_table(records, adapter))
+        for table in _tables(records, adapter, out.width):
+            out.print(table)
     summary_console = err if o.json_out else out
+    if o.json_out and quiet():
+        return  # the records are the results; the summary lines on stderr are details
     for p in policy_summaries(records):
-        summary_console.print(
+        _summary(summary_console,
             f"[bold]{p.policy}[/]: TTFT({p.frames_most})/TTFT({p.frames_fewest}) = {p.ttft_ratio:.2f} · "
             f"peak memory ×{p.memory_ratio:.2f} · KV cache ×{p.kv_ratio:.2f} · "
             f"compress_fraction {100 * p.compress_fraction:.1f}% · peak {p.peak_memory_bytes / 2**20:.0f} MiB · "
             f"ingest ×{p.realtime:.1f} real time at {s.fps:g} fps · KV {p.kv_bytes / 2**20:.2f} MiB · "
             + ("budget reached" if p.budget_reached else "[yellow]budget never reached[/]"),
-            soft_wrap=True,  # one line per policy, whatever the width: scripts read these
         )
     if o.profile:
         _print_profile(records, summary_console)
@@ -209,7 +213,8 @@ def bench(
         if bounded in names and "fifo" in names:
             ratio = ttft_versus(records, bounded, "fifo")
             if ratio is not None:
-                summary_console.print(f"TTFT {bounded}/fifo at the longest stream: {ratio:.2f}")
+                summary_console.print(f"TTFT {bounded}/fifo at {_common_longest(records, bounded, 'fifo')} frames, "
+                                      f"the longest stream both were measured at: {ratio:.2f}")
     if o.plot:
         from ..bench.runner import plot_records
 
@@ -356,13 +361,12 @@ def _print_profile(records, console) -> None:
     for p in profile(records):
         folded = f" · {p['folded_chunks']} of {p['chunks']} chunks folded their pseudo-queries into prefill" \
             if p["folded_chunks"] else ""
-        console.print(
-            f"[bold]{p['policy']}[/] per chunk: decode {p['decode_ms']:.1f} ms · vision {p['encode_ms']:.1f} ms · "
+        _summary(
+            console, f"[bold]{p['policy']}[/] per chunk: decode {p['decode_ms']:.1f} ms · vision {p['encode_ms']:.1f} ms · "
             f"prefill {p['prefill_ms']:.1f} ms · pseudo-query {p['pseudo_query_ms']:.1f} ms · "
             f"selection {p['select_ms']:.1f} ms{folded}"
             + (f" · prefill_vs_bare {p['prefill_vs_bare']:.3f}" if p["prefill_vs_bare"] is not None else "")
             + (f" · tpot_vs_bare {p['tpot_vs_bare']:.3f}" if p["tpot_vs_bare"] is not None else ""),
-            soft_wrap=True,
         )
 
 
@@ -374,8 +378,8 @@ def _questions(adapter, count, frames_before, policy, budget, chunk, fps, frame_
     from ..bench.runner import BenchInterrupted, run_questions
 
     mode = "kept keys and values" if history_kv else "re-encoded text"
-    err.print(f"{frames_before} frames under {policy}, then {count} questions with history on "
-              f"(up to {history_tokens} tokens of earlier turns, {mode})", soft_wrap=True)
+    _say(f"{frames_before} frames under {policy}, then {count} questions with history on "
+         f"(up to {history_tokens} tokens of earlier turns, {mode})")
 
     def on_event(event):
         if event["phase"] == "measured" and json_out:
@@ -395,11 +399,11 @@ def _questions(adapter, count, frames_before, policy, budget, chunk, fps, frame_
         window = min(10, len(records))
         head = statistics.median(r.ttft_ms for r in records[:window])
         tail = statistics.median(r.ttft_ms for r in records[-window:])
-        console.print(
-            f"question 1: TTFT {first.ttft_ms:.1f} ms (context {first.context_tokens} tokens) · "
+        _summary(
+            console, f"question 1: TTFT {first.ttft_ms:.1f} ms (context {first.context_tokens} tokens) · "
             f"question {last.index}: TTFT {last.ttft_ms:.1f} ms (context {last.context_tokens} tokens, "
             f"{last.prompt_tokens} prefilled) · ratio {last.ttft_ms / first.ttft_ms:.2f} · "
-            f"median of the last {window} / first {window}: {tail / head:.2f}", soft_wrap=True,
+            f"median of the last {window} / first {window}: {tail / head:.2f}",
         )
     if interrupted:
         raise typer.Exit(130)
@@ -416,6 +420,7 @@ def _parse_size(text: str) -> tuple[int, int]:
 
 
 def _load(model, arch, device, dtype):
+    check_torch_stack()
     from ..models.loading import load_model
 
     if arch:
@@ -489,7 +494,7 @@ def _run(adapter, names, steps, budget, chunk, fps, repeats, warmup, max_new_tok
                 d = r.to_json()
                 d.pop("ttft_samples_ms", None)
                 print(json.dumps(d), flush=True)
-            else:
+            elif not quiet():
                 console.print(f"  {r.policy:>10} · {r.frames:>5} frames · TTFT {r.ttft_ms:8.1f} ms · "
                               f"cache {r.cache_tokens} tokens · KV {r.kv_bytes / 2**20:.1f} MiB")
             if event["step"] == steps[-1]:
@@ -506,17 +511,56 @@ def _run(adapter, names, steps, budget, chunk, fps, repeats, warmup, max_new_tok
         raise UserError(str(exc).splitlines()[0]) from exc
 
 
-def _table(records, adapter):
+def _common_longest(records, policy: str, other: str) -> int:
+    """The most frames both policies were measured at (after Ctrl-C, one may have got further)."""
+    return max({r.frames for r in records if r.policy == policy} & {r.frames for r in records if r.policy == other})
+
+
+def _say(text: str) -> None:
+    """A line about the run (not a result) on stderr; -q drops it."""
+    if not quiet():
+        err.print(text, soft_wrap=True)
+
+
+def _summary(console, text: str) -> None:
+    """A summary line: one line in a file or pipe (scripts read these), wrapped between words on a terminal."""
+    console.print(text, soft_wrap=not console.is_terminal)
+
+
+# (header, cell) per column; the first two name the row in each table
+_COLUMNS: dict[str, tuple[str, object]] = {
+    "policy": ("policy", lambda r: r.policy),
+    "frames": ("frames", lambda r: str(r.frames)),
+    "stream": ("stream tok", lambda r: str(r.stream_tokens)),
+    "cache": ("cache tok", lambda r: str(r.cache_tokens)),
+    "kv": ("KV MiB", lambda r: f"{r.kv_bytes / 2**20:.1f}"),
+    "peak": ("peak MiB", lambda r: f"{r.peak_memory_bytes / 2**20:.0f}"),
+    "ttft": ("TTFT ms", lambda r: f"{r.ttft_ms:.1f}"),
+    "tpot": ("TPOT ms", lambda r: "-" if r.tpot_ms is None else f"{r.tpot_ms:.1f}"),
+    "ingest": ("ingest ms/frame", lambda r: f"{r.ingest_ms_per_frame:.1f}"),
+    "compress": ("compress ms/chunk", lambda r: f"{r.compress_ms_per_chunk:.1f}"),
+    "share": ("compress / prefill", lambda r: f"{100 * r.compress_fraction:.1f}%"),
+}
+_SPLIT = (("answering", ("policy", "frames", "ttft", "tpot", "cache", "kv", "peak")),
+          ("ingesting", ("policy", "frames", "stream", "ingest", "compress", "share")))
+
+
+def _tables(records, adapter, width: int | None = None) -> list:
+    """The results as one table, or, where that is wider than ``width``, as two (answering, then
+    ingesting), each led by policy and frames; headers wrap between words, never cut."""
+    from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"hermes bench — {adapter.name}")
-    for col in ("policy", "frames", "stream tok", "cache tok", "KV MiB", "peak MiB", "TTFT ms", "TPOT ms",
-                "ingest ms/frame", "compress ms/chunk", "compress/prefill"):
-        table.add_column(col, justify="left" if col == "policy" else "right")
-    for r in records:
-        table.add_row(
-            r.policy, str(r.frames), str(r.stream_tokens), str(r.cache_tokens), f"{r.kv_bytes / 2**20:.1f}",
-            f"{r.peak_memory_bytes / 2**20:.0f}", f"{r.ttft_ms:.1f}", "-" if r.tpot_ms is None else f"{r.tpot_ms:.1f}",
-            f"{r.ingest_ms_per_frame:.1f}", f"{r.compress_ms_per_chunk:.1f}", f"{100 * r.compress_fraction:.1f}%",
-        )
-    return table
+    def table(title: str, keys) -> Table:
+        t = Table(title=title)
+        for key in keys:
+            t.add_column(_COLUMNS[key][0], justify="left" if key == "policy" else "right", overflow="fold")
+        for r in records:
+            t.add_row(*(_COLUMNS[key][1](r) for key in keys))  # type: ignore[operator]
+        return t
+
+    whole = table(f"hermes bench — {adapter.name}", tuple(_COLUMNS))
+    measure = Console(width=10_000)
+    if width is None or measure.measure(whole).maximum <= width:
+        return [whole]
+    return [table(f"hermes bench — {adapter.name} — {title}", keys) for title, keys in _SPLIT]

@@ -59,6 +59,11 @@ def verbose() -> bool:
     return VERBOSITY["level"] > 0
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 frame``, ``2 frames``: a count with its noun in the right number."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def note(text: str) -> None:
     if not quiet():
         err.print(f"[yellow]note:[/] {escape(text)}", soft_wrap=True)

@@ -11,12 +11,12 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from .. import defaults
-from .console import Interrupted, UserError, err, out, quiet, set_debug, set_verbosity, warn
+from .console import Interrupted, UserError, counted, err, out, quiet, set_debug, set_verbosity, warn
 from .factory import SessionSettings, build_engine, open_stream, prepare_model
 from .groups import OptionGroup, option_group, session_settings, with_option_groups
 
@@ -119,9 +119,14 @@ def evaluate(
     finder = VideoFinder(videos_dir, annotations.resolve().parent)
     protocol = ("offline" if offline else "streaming") if offline is not None else default_protocol(aset)
 
+    jobs = plan_jobs(aset, questions, finder)
+    late = _timed_after_end(jobs, questions, m.fps, npy_fps) if protocol == "streaming" else []
+    if late:
+        warn(_late_warning(late))
     if dry_run:
-        _print_dry_run(aset, questions, plan_jobs(aset, questions, finder), protocol, json_out, out)
+        _print_dry_run(aset, questions, jobs, protocol, json_out, out, after_end=len(late))
         return
+    _check_some_video_found(jobs, annotations, videos_dir)
 
     prepare_model(model_settings)  # a dead hub or a bad model folder fails now, not after the first video
     model_name = model_settings.name()
@@ -143,6 +148,7 @@ def evaluate(
     finally:
         factory.close()
     summary = _summary(records, report, questions, aset, annotations, protocol)
+    summary["settings"] = summary.get("settings") or settings.fingerprint()  # no record yet: this run's
     if summary_path is None and output is not None:
         summary_path = output.with_name(output.stem + ".summary.json")
     if summary_path is not None:
@@ -152,7 +158,8 @@ def evaluate(
         err.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
     if report.missing_videos:
         first = report.missing_videos[0]
-        err.print(f"[yellow]missing:[/] {len(report.missing_videos)} videos ({report.missing_questions} questions) "
+        err.print(f"[yellow]missing:[/] {counted(len(report.missing_videos), 'video')} "
+                  f"({counted(report.missing_questions, 'question')}) "
                   f"not found{' under ' + str(videos_dir) if videos_dir else ''}, e.g. {first}", soft_wrap=True)
     for failure in report.failed_videos[:5]:
         err.print(f"[yellow]failed:[/] {failure['video_id']}: {failure['error']}", soft_wrap=True)
@@ -173,7 +180,11 @@ def _load_questions(annotations: Path, tasks: list[str] | None, limit: int | Non
     for line in problems_summary(aset.problems):
         err.print(f"[yellow]annotation problem:[/] {line}", soft_wrap=True)
     if not aset.questions:
-        raise UserError(f"{annotations} holds no usable question ({aset.entries} entries) — see the problems above")
+        if not aset.entries:
+            raise UserError(f"{annotations} holds no entries — an annotation file is a JSON list of videos with "
+                            "their conversations (docs/evaluation.md)")
+        why = "see the problems above" if aset.problems else "their entries hold no conversations"
+        raise UserError(f"{annotations} holds no usable question ({counted(aset.entries, 'entry', 'entries')}) — {why}")
     task_list = [t for item in tasks or [] for t in item.split(",")]
     return aset, select_questions(aset, task_list, limit)
 
@@ -291,7 +302,53 @@ class EvalStreams:
                 self.engine.stop()
 
 
-def _print_dry_run(aset, questions, jobs, protocol, json_out, out) -> None:
+def _check_some_video_found(jobs, annotations: Path, videos_dir: Path | None) -> None:
+    """Every video missing: one line and exit 2, before a model is loaded (nothing could be answered)."""
+    if not jobs or any(job.path is not None for job in jobs):
+        return
+    first = jobs[0].videos[0].video_path
+    where = f"under --videos-dir {videos_dir}" if videos_dir else f"next to {annotations.name} (no --videos-dir)"
+    raise UserError(f"none of the {len(jobs)} videos of {annotations.name} was found {where}, e.g. {first} — "
+                    "pass --videos-dir with the folder that holds them (names are matched recursively)")
+
+
+def _timed_after_end(jobs, questions, fps: float, npy_fps: float) -> list[tuple]:
+    """(question, video name, duration) for each selected question timed after its video's end.
+
+    Durations come from the files' headers (a .npy array: its frames at ``npy_fps``); a file that
+    cannot be opened is left to the run, which reports it.
+    """
+    from types import SimpleNamespace
+
+    from ..evaluation.runner import open_question_video
+    from ..sources import SourceError
+
+    selected = {q.qid for q in questions}
+    late: list[tuple] = []
+    rates: Any = SimpleNamespace(fps=fps, npy_fps=npy_fps)  # what open_frames reads of the settings
+    for job in jobs:
+        timed = [q for q in job.questions if q.qid in selected and q.end_s is not None]
+        if job.path is None or not timed:
+            continue
+        try:
+            with open_question_video(job.path, job.videos[0], rates, None) as frames:
+                duration = frames.duration_s
+        except (SourceError, OSError, ValueError):
+            continue
+        if duration is None:
+            continue
+        late.extend((q, job.path.name, duration) for q in timed if q.end_s > duration + 1.0 / fps)
+    return late
+
+
+def _late_warning(late: list[tuple]) -> str:
+    q, name, duration = late[0]
+    count = f"{len(late)} question{'s' if len(late) != 1 else ''} {'are' if len(late) != 1 else 'is'}"
+    return (f"{count} timed after the end of {'their' if len(late) != 1 else 'its'} video, e.g. {q.question!r} "
+            f"at {q.end_s:g}s of {name} ({duration:.1f}s): answered at the end of the stream, from all of it")
+
+
+def _print_dry_run(aset, questions, jobs, protocol, json_out, out, *, after_end: int = 0) -> None:
     from collections import Counter
 
     selected = {q.qid for q in questions}
@@ -307,7 +364,7 @@ def _print_dry_run(aset, questions, jobs, protocol, json_out, out) -> None:
         "annotations": str(aset.path), "protocol": protocol, "videos": len(jobs), "missing_videos": missing_videos,
         "questions": len(questions), "multiple_choice": sum(mc.values()), "open_ended": len(questions) - sum(mc.values()),
         "timed": sum(q.end_s is not None for q in questions), "unscorable": sum(not q.scorable for q in questions),
-        "problems": len(aset.problems),
+        "problems": len(aset.problems), "after_end": after_end,
         "per_task": {t: {"questions": n, "multiple_choice": mc[t], "missing_video": missing_q[t]} for t, n in sorted(per_task.items())},
     }
     probes = _probes(questions)
@@ -319,21 +376,23 @@ def _print_dry_run(aset, questions, jobs, protocol, json_out, out) -> None:
     from rich.table import Table
 
     if probes:  # forward / proactive sets: every probe with the time it is asked at
-        listing = Table(title=f"{len(probes)} probes")
+        listing = Table(title=f"{counted(len(probes), 'probe')}")
         for col in ("time s", "task", "probe", "about", "expected"):
             listing.add_column(col, justify="right" if col == "time s" else "left")
         for p in probes:
             truth = p["expected"] + (f" at {p['ground_truth_time_s']:g} s" if p.get("ground_truth_time_s") is not None else "")
             listing.add_row(_fmt(p["time_s"]), p["task"], p["qid"], p["about"][:60], truth)
         out.print(listing)
-    table = Table(title=f"{aset.path.name}: {data['questions']} questions, {data['videos']} videos ({protocol} protocol)")
+    table = Table(title=f"{aset.path.name}: {counted(data['questions'], 'question')}, "
+                        f"{counted(data['videos'], 'video')} ({protocol} protocol)")
     for col in ("task", "questions", "multiple choice", "missing video"):
         table.add_column(col, justify="left" if col == "task" else "right")
     for t, row in data["per_task"].items():
         table.add_row(t, str(row["questions"]), str(row["multiple_choice"]), str(row["missing_video"]))
     out.print(table)
     out.print(f"videos found: {data['videos'] - missing_videos} of {data['videos']} · questions with end times: "
-              f"{data['timed']} · unscorable: {data['unscorable']} · annotation problems: {data['problems']}")
+              f"{data['timed']} (after the video's end: {after_end}) · unscorable: {data['unscorable']} · "
+              f"annotation problems: {data['problems']}")
 
 
 def _probes(questions) -> list[dict]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..settings import DTYPES, SettingsGroup, check_value, setting, settings_group
 from .console import UserError, err, info, note, quiet, status, verbose
+from .torch_stack import check_torch_stack
 
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
@@ -147,8 +148,10 @@ class SessionSettings:
 
 def check_model(name: str) -> None:
     """A model name that cannot load fails now (``ModelLoadError``), before torch is imported."""
-    from ..models.registry import check_model_name
+    from ..models.registry import TINY_NAMES, check_model_name
 
+    if name.startswith("tiny") and name not in TINY_NAMES and "/" not in name:  # a built-in, mistyped
+        raise UserError(f"{name!r} is not a built-in model name; built in: {', '.join(TINY_NAMES)}")
     check_model_name(name)
 
 
@@ -161,6 +164,7 @@ def load_adapter(settings: ModelSettings, *, quiet: bool = False):
     prepare_model(settings)
     name = settings.name()
     check_model(name)
+    check_torch_stack()  # a torchvision built for another torch: one line, not an error deep in transformers
     _check_device(settings.device)
     from ..models.loading import load_model
 

@@ -77,3 +77,46 @@ def quiet_hub_logs(verbose: bool = False) -> None:
     if not verbose:
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         os.environ.setdefault("HF_HUB_VERBOSITY", "error")
+
+
+def _cache_folder(model_id: str):
+    from pathlib import Path
+
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE) / ("models--" + model_id.replace("/", "--"))
+
+
+def cached_size(model_id: str) -> int | None:
+    """Bytes the hub cache holds for a hub id (its finished files), None when it holds none of it."""
+    folder = _cache_folder(model_id)
+    blobs = folder / "blobs"
+    if not folder.is_dir():
+        return None
+    files = [p for p in blobs.iterdir() if p.is_file() and not p.name.endswith(".incomplete")] if blobs.is_dir() else []
+    if not files:  # a cache without symbolic links keeps the files in its snapshots
+        files = [p for p in (folder / "snapshots").rglob("*") if p.is_file() and not p.is_symlink()]
+    return sum(p.stat().st_size for p in files) if files else None
+
+
+def cached_models() -> dict[str, str]:
+    """Hub ids in the cache with a config.json: id -> its model_type ('' when unreadable)."""
+    import json
+    from pathlib import Path
+
+    from huggingface_hub import constants
+
+    found: dict[str, str] = {}
+    root = Path(constants.HF_HUB_CACHE)
+    if not root.is_dir():
+        return found
+    for folder in sorted(root.glob("models--*--*")):
+        configs = sorted((folder / "snapshots").glob("*/config.json"))
+        if not configs:
+            continue
+        model_id = folder.name[len("models--"):].replace("--", "/", 1)
+        try:
+            found[model_id] = json.loads(configs[-1].read_text(encoding="utf-8")).get("model_type") or ""
+        except (OSError, ValueError):
+            found[model_id] = ""
+    return found

@@ -15,6 +15,8 @@ from .bench import bench
 from .console import DEBUG, err, out, set_verbosity
 from .eval import evaluate
 from .info import list_models, list_policies
+from .logs import logs
+from .pull import pull
 from .watch import chat, watch
 
 app = typer.Typer(
@@ -75,7 +77,8 @@ class _Command(typer.core.TyperCommand):
 
 
 for _name, _function in (("watch", watch), ("chat", chat), ("models", list_models), ("policies", list_policies),
-                         ("bench", bench), ("eval", evaluate)):
+                         ("bench", bench), ("eval", evaluate), ("logs", logs),
+                         ("pull", pull)):
     app.command(_name, cls=_Command)(_function)
 
 
@@ -100,6 +103,11 @@ def main() -> None:
     except Exception as exc:  # a bug: still one line, with the way to the details
         if DEBUG["on"]:
             raise
+        from .torch_stack import torch_stack_problem
+
+        if problem := torch_stack_problem():  # the usual cause of errors deep in transformers
+            err.print(f"[red]error:[/] {escape(problem)}", soft_wrap=True)
+            sys.exit(2)
         err.print(f"[red]internal error:[/] {type(exc).__name__}: {escape(str(exc))} — rerun with --debug "
                   "for the traceback and please report it", soft_wrap=True)
         sys.exit(EXIT_BUG)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..frames import FrameSource, IterableSource, SourceStats
 from ..settings import INHERITED, MEMORY, with_role
-from .console import UserError, note
+from .console import UserError, counted, note
 from .factory import SessionSettings
 
 if TYPE_CHECKING:
@@ -128,8 +128,8 @@ class MemoryRun:
                 raise UserError(str(exc)) from None
             if not self.quiet:
                 s = stream.fresh_stats()
-                note(f"memory from {snap.path}: {s.frames_seen} frames ({s.stream_time_s:.1f}s), "
-                     f"{s.cache.tokens} tokens/layer, {len(stream.history())} turns")
+                note(f"memory from {snap.path}: {counted(s.frames_seen, 'frame')} ({s.stream_time_s:.1f}s), "
+                     f"{s.cache.tokens} tokens/layer, {counted(len(stream.history()), 'turn')}")
         target = self.save or self.autosave
         self.save_to = SaveTarget(None if target is None else Path(target).expanduser(), source)
         if self.autosave is not None:

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ..settings import Setting
+from ..settings import BY_NAME, Setting
 
 
 def policy_names(incomplete: str = "") -> list[str]:
@@ -41,3 +41,9 @@ def option(s: Setting, command: str | None = None) -> Any:
     if s.kind is not bool:
         extra["metavar"] = s.metavar or s.name.upper()
     return Annotated[kind, typer.Option(*s.flags, help=s.help_for(command), **extra)]
+
+
+# The output switches of the commands outside the schema's four (models, policies, logs, pull), from the schema.
+QuietOpt = option(BY_NAME["quiet_"])
+VerboseOpt = option(BY_NAME["verbose_"])
+DebugOpt = option(BY_NAME["debug"])

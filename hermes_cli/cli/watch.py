@@ -9,8 +9,9 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from .. import answer_log
 from ..frames import FrameSource
-from .console import Interrupted, UserError, err, out, quiet, set_debug, set_verbosity, warn
+from .console import Interrupted, UserError, counted, err, out, quiet, set_debug, set_verbosity, warn
 from .factory import build_engine, open_frames, open_stream
 from .groups import (
     AnswerOptions,
@@ -23,6 +24,7 @@ from .groups import (
     session_settings,
     with_option_groups,
 )
+from .logs import NoLogOpt
 from .memory import MemoryRun, given_options, source_id
 from .notify import NotifyOptions
 
@@ -40,6 +42,7 @@ def watch(
     source_options: SourceOptions = SourceOptions(),
     snapshot_options: SnapshotOptions = SnapshotOptions(),
     notify_options: NotifyOptions = NotifyOptions(),
+    no_log: NoLogOpt = False,
     output: OutputOptions = OutputOptions(),
 ) -> None:
     """Stream a video through the model and answer questions from its memory.
@@ -60,8 +63,11 @@ def watch(
     set_debug(output.debug)
     set_verbosity(output.quiet_, output.verbose_)
     json_out = output.json_out
+    answer_log.begin("watch", source, enabled=not no_log)
     from ..app.streaming import TimedQuestion
 
+    if any(not q.strip() for q in ask or []):
+        raise UserError('--ask "" is an empty question — pass the question to ask, e.g. --ask "What happens?"')
     try:
         questions = [TimedQuestion(q) for q in ask or []] + [TimedQuestion.parse(q) for q in ask_at or []]
     except ValueError as exc:
@@ -121,7 +127,7 @@ def run_mode(mode: str, stream, frames, questions, *, json_out: bool, pace: bool
         from ..app.live import run_lines
 
         def prompt() -> None:
-            if sys.stdin.isatty() and err.is_terminal:
+            if sys.stdin.isatty() and err.is_terminal and not json_out:  # --json: no prompt between records
                 err.file.write("? ")
                 err.file.flush()
 
@@ -153,6 +159,7 @@ def chat(
     source_options: SourceOptions = SourceOptions(),
     snapshot_options: SnapshotOptions = SnapshotOptions(),
     notify_options: NotifyOptions = NotifyOptions(),
+    no_log: NoLogOpt = False,
     output: ChatOutputOptions = ChatOutputOptions(),
 ) -> None:
     """Talk about a live camera or stream while it runs: an interactive prompt with live readouts.
@@ -188,6 +195,7 @@ def chat(
     settings.check()
     notify_options.check()
     spec = (source or default_camera()) if webcam else source
+    answer_log.begin("chat", spec or snapshot_options.memory, enabled=not no_log)
     frames = None if spec is None else open_frames(spec, settings.memory.fps, source_options.reconnect, webcam=webcam)
     engine = build_engine(settings, quiet=json_out)
     try:
@@ -244,6 +252,8 @@ def run_batch(stream, frames, questions, json_out: bool, *, progress: bool = Tru
 
     def on_answer(result):
         read["answers"] += 1
+        answer_log.log_answer(result.answer, model=stream.model, policy=stream.policy.name,
+                              asked_at_s=result.asked_at_s)
         if json_out:
             print(json.dumps(answer_record(result, frames)), flush=True)
             return
@@ -279,14 +289,18 @@ def run_batch(stream, frames, questions, json_out: bool, *, progress: bool = Tru
         warn(warning)
     if not questions and not json_out:
         s = stream.fresh_stats()
-        out.print(f"streamed {s.frames_seen} frames ({s.stream_time_s:.1f}s); "
+        out.print(f"streamed {counted(s.frames_seen, 'frame')} ({s.stream_time_s:.1f}s); "
                   f"cache {s.cache.tokens} tokens/layer, {s.cache.kv_bytes / 2**20:.1f} MiB")
 
 
 def print_answer(result) -> None:
-    """An answer as text: the question with when it was asked, the answer, its timings."""
+    """An answer as text: the question with when it was asked, the answer, its timings (-q: the answer alone)."""
     a = result.answer
-    out.print(f"[bold]Q[/] ({a.stream_time_s:.1f}s, {a.frames_seen} frames): {escape(a.question)}", soft_wrap=True)
+    if quiet():
+        out.print(escape(a.text), soft_wrap=True)
+        return
+    out.print(f"[bold]Q[/] ({a.stream_time_s:.1f}s, {counted(a.frames_seen, 'frame')}): {escape(a.question)}",
+              soft_wrap=True)
     out.print(f"[bold]A[/]: {escape(a.text)}", soft_wrap=True)
     if a.ttft_ms is not None:
         out.print(f"[dim]  ttft {a.ttft_ms:.0f} ms · tpot {a.tpot_ms or 0:.1f} ms · "

@@ -140,8 +140,11 @@ def load_annotations(path: str | Path) -> AnnotationSet:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise AnnotationError(f"no such annotation file: {path} — check the path") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise AnnotationError(f"cannot read {path}: {exc}") from None
+    except UnicodeDecodeError:
+        raise AnnotationError(f"{path} is not an annotation file: it is not text (a video? pass the annotation "
+                              "JSON first and the videos' folder with --videos-dir)") from None
+    except OSError as exc:
+        raise AnnotationError(f"cannot read {path}: {exc.strerror or exc}") from None
     except json.JSONDecodeError as exc:
         raise AnnotationError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
     problems: list[Problem] = []
