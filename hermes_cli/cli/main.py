@@ -14,6 +14,7 @@ from .bench import bench
 from .console import DEBUG, Interrupted, UserError, err, out, set_verbosity
 from .eval import evaluate
 from .info import list_models, list_policies
+from .serve import serve
 from .watch import chat, watch
 
 app = typer.Typer(
@@ -66,7 +67,7 @@ class _Command(typer.core.TyperCommand):
 
 
 for _name, _function in (("watch", watch), ("chat", chat), ("models", list_models), ("policies", list_policies),
-                         ("bench", bench), ("eval", evaluate)):
+                         ("bench", bench), ("eval", evaluate), ("serve", serve)):
     app.command(_name, cls=_Command)(_function)
 
 
