@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -65,3 +66,18 @@ def two_minutes(tmp_path_factory):
     path = tmp_path_factory.mktemp("media") / "two-minutes.mp4"
     make_video(path, seconds=120, fps=2, size=(160, 120), scene_change_at=60)
     return str(path)
+
+
+@contextmanager
+def on_engine(adapter, policy: str = "full", config=None, *, live: bool = False):
+    """A stream of ``policy`` on a fresh engine over ``adapter``; the engine stops afterwards."""
+    from hermes_cli.engine.client import open_stream
+    from hermes_cli.engine.core import Engine
+    from hermes_cli.engine.session import SessionConfig
+    from policies import make_policy
+
+    engine = Engine(adapter).start()
+    try:
+        yield open_stream(engine, make_policy(policy), config or SessionConfig(), live=live)
+    finally:
+        engine.stop()

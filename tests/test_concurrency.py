@@ -1,4 +1,4 @@
-"""Concurrency: one worker thread owns the session; no frame is lost and no call waits for a reader.
+"""Concurrency: the engine's thread owns every session; no frame is lost and no call waits for a reader.
 
 The randomised schedule interleaves ingest calls, questions (read to the end, abandoned
 half-read, cancelled, or with an ingest in the middle of reading), pauses and a stop from several
@@ -17,8 +17,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hermes_cli.engine.client import EngineStopped, StreamClient, open_stream
+from hermes_cli.engine.core import Engine
 from hermes_cli.engine.session import AnswerOpenError, Session, SessionConfig
-from hermes_cli.engine.worker import SessionWorker, WorkerStopped
 from policies import make_policy
 from tests.conftest import moving_square_frames
 
@@ -28,13 +29,32 @@ FRAMES = moving_square_frames(N_FRAMES, size=SIZE)
 TIMES = [0.5 * i for i in range(N_FRAMES)]
 
 
-def make_session(adapter, policy: str, **config) -> Session:
+def make_config(policy: str, **config) -> SessionConfig:
     """No conversation reaches the memory: answers neither enter prompts nor steer hermes's
     pseudo-queries, so the memory depends on the frames alone, whenever questions come."""
     settings_ = dict(chunk_frames=2, budget=24 if policy != "full" else None, max_new_tokens=6, history=False,
                      pseudo_query_history=False)
     settings_.update(config)
-    return Session(adapter, make_policy(policy), SessionConfig(**settings_))
+    return SessionConfig(**settings_)
+
+
+def make_session(adapter, policy: str, **config) -> Session:
+    return Session(adapter, make_policy(policy), make_config(policy, **config))
+
+
+def make_stream(adapter, policy: str, **config) -> StreamClient:
+    """A stream on a fresh engine (stop it with ``stream.engine.stop()``)."""
+    return open_stream(Engine(adapter).start(), make_policy(policy), make_config(policy, **config))
+
+
+def held_units(stream: StreamClient):
+    return stream.engine.call(stream.id, lambda s: s.held_units())
+
+
+def session_of(stream: StreamClient) -> Session:
+    """The stream's session, for reading once its engine has stopped."""
+    assert not stream.engine.running
+    return stream.engine._streams[stream.id].session
 
 
 def memory(session: Session):
@@ -79,27 +99,18 @@ def test_ingest_in_the_middle_of_an_answer_is_refused_not_dropped(tiny_qwen):
     assert session.held_units() == [list(range(4))] * tiny_qwen.num_layers  # units 0–3 of 8 frames
 
 
-def test_the_lock_is_free_between_pieces(tiny_qwen):
-    """Another thread can take the session's lock while an answer waits for its reader."""
-    session = make_session(tiny_qwen, "full", max_new_tokens=12)
-    session.ingest(FRAMES[:4], TIMES[:4])
-    stream = session.ask("What moves?")
-    next(iter(stream))
-    got = []
-    other = threading.Thread(target=lambda: got.append(session.stats().frames_seen))
-    other.start()
-    other.join(30)
-    assert got == [4]
-    stream.close()
+def test_a_session_has_no_lock(tiny_qwen):
+    """One thread drives a session, the engine's: there is nothing to lock."""
+    assert not hasattr(make_session(tiny_qwen, "full"), "lock")
 
 
-# -- the worker -----------------------------------------------------------------------------------
+# -- the engine -----------------------------------------------------------------------------------
 
 @pytest.fixture
 def worker(tiny_qwen):
-    w = SessionWorker(make_session(tiny_qwen, "full", max_new_tokens=12)).start()
+    w = make_stream(tiny_qwen, "full", max_new_tokens=12)
     yield w
-    w.stop()
+    w.engine.stop()
 
 
 def test_a_half_read_answer_kept_alive_does_not_hold_ingestion(worker):
@@ -112,7 +123,7 @@ def test_a_half_read_answer_kept_alive_does_not_hold_ingestion(worker):
     assert worker.counts().frames_seen == 12
     rest = "".join(stream)  # the answer was decoded against the memory as it was when asked
     assert stream.answer.text == first + rest and stream.answer.frames_seen == 4
-    assert worker.call(lambda s: s.held_units()) == [list(range(6))] * worker.session.adapter.num_layers
+    assert held_units(worker) == [list(range(6))] * worker.engine.adapter.num_layers
 
 
 def test_the_same_thread_can_ingest_while_holding_a_half_read_answer(worker):
@@ -122,56 +133,56 @@ def test_the_same_thread_can_ingest_while_holding_a_half_read_answer(worker):
     worker.ingest(FRAMES[4:8], TIMES[4:8])  # no deadlock, no drop
     list(stream)
     assert worker.counts().frames_seen == 8
-    assert worker.call(lambda s: s.held_units())[0] == [0, 1, 2, 3]
+    assert held_units(worker)[0] == [0, 1, 2, 3]
 
 
 def test_cancelling_restores_the_memory_bit_for_bit(worker):
     worker.ingest(FRAMES[:6], TIMES[:6])
-    before = worker.call(memory)
+    before = worker.engine.call(worker.id, memory)
     stream = worker.ask("Tell me everything.", max_new_tokens=40)
     next(stream)
     stream.close()  # returns once the memory is restored (cancelled, or finished already)
     assert stream.finished and list(stream) == []
-    assert_same_memory(worker.call(memory), before)
+    assert_same_memory(worker.engine.call(worker.id, memory), before)
     stream = worker.ask("Tell me everything.", max_new_tokens=40)
     next(stream)
     del stream  # abandoned half-read, never closed
     gc.collect()
-    assert_same_memory(worker.call(memory), before)
+    assert_same_memory(worker.engine.call(worker.id, memory), before)
     counts = worker.counts()
     assert counts.answers + counts.answers_cancelled == 2
 
 
 def test_an_answer_cancelled_before_it_starts_never_touches_the_memory(worker):
     worker.ingest(FRAMES[:4], TIMES[:4])
-    before = worker.call(memory)
+    before = worker.engine.call(worker.id, memory)
     gate = threading.Event()
-    busy = threading.Thread(target=lambda: worker.call(lambda s: gate.wait(30)))
+    busy = threading.Thread(target=lambda: worker.engine.call(worker.id, lambda s: gate.wait(30)))
     busy.start()
-    time.sleep(0.05)  # the worker is inside the call; the question queues behind it
+    time.sleep(0.05)  # the engine is inside the call; the question queues behind it
     stream = worker.ask("Never mind.")
     threading.Timer(0.1, gate.set).start()
     stream.close()
     busy.join(30)
     assert list(stream) == [] and worker.counts().answers_cancelled == 1 and worker.counts().answers == 0
-    assert_same_memory(worker.call(memory), before)
+    assert_same_memory(worker.engine.call(worker.id, memory), before)
 
 
 def test_pause_holds_ingest_on_an_event_and_answers_still_work(worker):
     worker.ingest(FRAMES[:2], TIMES[:2])
     worker.pause()
-    assert worker.paused.is_set()
+    assert worker.paused
     done = threading.Event()
     threading.Thread(target=lambda: (worker.ingest(FRAMES[2:4], TIMES[2:4]), done.set()), daemon=True).start()
     assert not done.wait(0.3) and worker.counts().frames_taken == 2  # nothing taken while paused
     answer = worker.answer("Still there?")
     assert answer.frames_seen == 2 and answer.tokens
     worker.resume()
-    assert done.wait(60) and worker.counts().frames_seen == 4 and not worker.paused.is_set()
+    assert done.wait(60) and worker.counts().frames_seen == 4 and not worker.paused
 
 
 def test_stop_refuses_what_is_queued_and_counts_add_up(tiny_qwen):
-    worker = SessionWorker(make_session(tiny_qwen, "full")).start()
+    worker = make_stream(tiny_qwen, "full")
     worker.ingest(FRAMES[:3], TIMES[:3])  # one chunk in the memory, one frame pending
     worker.pause()
     refused = []
@@ -179,43 +190,44 @@ def test_stop_refuses_what_is_queued_and_counts_add_up(tiny_qwen):
     def submit():
         try:
             worker.ingest(FRAMES[3:7], TIMES[3:7])
-        except WorkerStopped as stopped:
-            refused.append(4 - stopped.frames_taken)
+        except EngineStopped:
+            refused.append(worker.counts().frames_queued)
 
     t = threading.Thread(target=submit)
     t.start()
     time.sleep(0.1)
-    worker.stop()
+    worker.engine.stop()
     t.join(30)
-    assert refused == [4]
+    assert refused == [4]  # queued, never taken
     counts = worker.counts()
+    assert counts.frames_submitted == 7 == counts.frames_taken + counts.frames_queued
     assert counts.frames_taken == 3 == counts.frames_seen + counts.frames_pending and counts.frames_pending == 1
-    with pytest.raises(WorkerStopped):
+    with pytest.raises(EngineStopped):
         worker.ingest(FRAMES[7:8], TIMES[7:8])
-    with pytest.raises(WorkerStopped):
+    with pytest.raises(EngineStopped):
         list(worker.ask("anyone?"))
 
 
-def test_a_failing_call_reaches_its_caller_and_the_worker_keeps_serving(worker):
+def test_a_failing_call_reaches_its_caller_and_the_engine_keeps_serving(worker):
     with pytest.raises(ZeroDivisionError):
-        worker.call(lambda s: 1 / 0)
+        worker.engine.call(worker.id, lambda s: 1 / 0)
     worker.ingest(FRAMES[:2], TIMES[:2])
     assert worker.counts().frames_seen == 2
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
-def test_a_broken_worker_fails_its_callers_instead_of_hanging(tiny_qwen):
-    worker = SessionWorker(make_session(tiny_qwen, "full")).start()
+def test_a_broken_engine_fails_its_callers_instead_of_hanging(tiny_qwen):
+    worker = make_stream(tiny_qwen, "full")
 
-    def broken() -> None:
-        raise RuntimeError("a bug in the worker")
+    def broken(st) -> None:
+        raise RuntimeError("a bug in the engine")
 
-    worker._publish = broken  # every request fails after it is served, before the reply
-    with pytest.raises(WorkerStopped):
+    worker.engine._publish = broken  # the engine thread fails after its next chunk
+    with pytest.raises(EngineStopped):
         worker.ingest(FRAMES[:2], TIMES[:2])
-    worker._thread.join(30)
-    assert not worker.running
-    with pytest.raises(WorkerStopped):
+    worker.engine._thread.join(30)
+    assert not worker.engine.running and isinstance(worker.engine.failure, RuntimeError)
+    with pytest.raises(EngineStopped):
         worker.ingest(FRAMES[2:4], TIMES[2:4])
 
 
@@ -247,7 +259,7 @@ def reference(adapter, policy: str, frames: int):
 
 
 def run_schedule(adapter, policy: str, plan: dict):
-    worker = SessionWorker(make_session(adapter, policy)).start()
+    worker = make_stream(adapter, policy)
     cuts = [0]
     for size in plan["batches"]:
         cuts.append(min(N_FRAMES, cuts[-1] + size))
@@ -264,12 +276,13 @@ def run_schedule(adapter, policy: str, plan: dict):
                 return False
             a, b = batches[state["next"]]
             state["next"] += 1
-            state["submitted"] += b - a
             t0 = time.perf_counter()
             try:
-                reports = worker.ingest(FRAMES[a:b], TIMES[a:b])
-            except WorkerStopped as stopped:
-                state["refused"] += b - a - stopped.frames_taken
+                for i in range(a, b):
+                    worker.submit(FRAMES[i], TIMES[i])
+                    state["submitted"] += 1
+                reports = worker.engine.sync(worker.id, flush=False)
+            except EngineStopped:
                 raise
             waits.append(("ingest", time.perf_counter() - t0, len(reports)))
             state["taken_batches"] += 1
@@ -281,7 +294,7 @@ def run_schedule(adapter, policy: str, plan: dict):
         def run():
             try:
                 body()
-            except WorkerStopped:
+            except EngineStopped:
                 pass
             except BaseException as exc:  # reported by the main thread
                 errors.append(exc)
@@ -323,7 +336,7 @@ def run_schedule(adapter, policy: str, plan: dict):
     threads = [threading.Thread(target=guarded(ingester)) for _ in range(2)]
     threads += [threading.Thread(target=guarded(lambda a=a: asker(a))) for a in plan["askers"]]
     threads.append(threading.Thread(target=guarded(pauser)))
-    stopper = threading.Thread(target=lambda: (enough.wait(), worker.stop()))
+    stopper = threading.Thread(target=lambda: (enough.wait(), worker.engine.stop()))
     for t in [*threads, stopper]:
         t.start()
     for t in threads:
@@ -341,10 +354,11 @@ def run_schedule(adapter, policy: str, plan: dict):
 @given(plan=PLANS)
 def test_random_schedules_lose_no_frame_and_match_one_thread(tiny_qwen, policy, plan):
     worker, state, waits, _ = run_schedule(tiny_qwen, policy, plan)
-    session = worker.session  # the worker has stopped: its session can be read directly
+    session = session_of(worker)  # the engine has stopped: its session can be read directly
     counts = worker.counts()
-    # Every frame submitted is in the memory, pending in a partial chunk, or refused at the stop.
-    assert counts.frames_taken == state["submitted"] - state["refused"]
+    # Every frame submitted is in the memory, pending in a partial chunk, or still queued at the stop.
+    assert counts.frames_submitted == state["submitted"] == counts.frames_taken + counts.frames_queued
+    assert counts.frames_dropped == 0
     assert counts.frames_taken == session.frames_seen + session.pending_frames
     assert counts.frames_seen == session.frames_seen
     # The memory equals that of the same frames ingested in one thread without questions.
@@ -377,31 +391,36 @@ def test_the_ingestor_puts_every_frame_of_a_file_in_the_memory(tiny_qwen):
     from hermes_cli.app.live import Ingestor
 
     messages: list[str] = []
-    ingestor = Ingestor(make_session(tiny_qwen, "hermes"), [_Frame(i) for i in range(7)], messages.append).start()
+    stream = make_stream(tiny_qwen, "hermes")
+    ingestor = Ingestor(stream, [_Frame(i) for i in range(7)], messages.append).start()
     assert ingestor.finished.wait(60)
-    counts = ingestor.worker.counts()
+    counts = stream.counts()
     assert ingestor.frames_read == 7 == counts.frames_taken == counts.frames_seen and counts.frames_pending == 0
     assert ingestor.snapshot.frames_seen == 7 and any("end of stream: 7 frames" in m for m in messages)
     ingestor.stop()
+    stream.engine.stop()
 
 
 def test_pause_resume_and_stop_of_the_ingestor_account_for_every_frame(tiny_qwen):
     from hermes_cli.app.live import Ingestor
 
     many = 10 * N_FRAMES  # more than it can ingest before the stop
-    ingestor = Ingestor(make_session(tiny_qwen, "full"), (_Frame(i) for i in range(many)), lambda m: None)
+    stream = make_stream(tiny_qwen, "full")
+    ingestor = Ingestor(stream, (_Frame(i) for i in range(many)), lambda m: None)
     ingestor.start()
     ingestor.pause()
-    assert ingestor.paused.is_set()
-    taken = ingestor.worker.counts().frames_taken
+    assert ingestor.paused
+    taken = stream.counts().frames_taken
     time.sleep(0.2)
-    assert ingestor.worker.counts().frames_taken == taken  # paused: nothing more is taken
+    assert stream.counts().frames_taken == taken  # paused: nothing more is taken
     ingestor.resume()
     ingestor.pause()
-    ingestor.stop()  # while paused, with a frame waiting to be submitted
-    assert not ingestor.thread.is_alive() and not ingestor.worker.running
-    counts = ingestor.worker.counts()
-    assert ingestor.frames_read == counts.frames_taken + ingestor.frames_refused
+    stream.engine.stop()  # while paused, with frames queued and one waiting to be submitted
+    ingestor.stop()
+    assert not ingestor.thread.is_alive() and not stream.engine.running
+    counts = stream.counts()
+    assert ingestor.frames_read == counts.frames_submitted + ingestor.frames_refused
+    assert counts.frames_submitted == counts.frames_taken + counts.frames_queued
     assert counts.frames_taken == counts.frames_seen + counts.frames_pending
     assert ingestor.frames_read < many and ingestor.error is None
 
@@ -412,9 +431,9 @@ def test_ctrl_c_in_an_answer_cancels_it_and_the_memory_is_as_before(tiny_qwen):
 
     from hermes_cli.app.live import Assistant
 
-    session = make_session(tiny_qwen, "full", max_new_tokens=30)
-    session.ingest(FRAMES[:4], TIMES[:4])
-    before = memory(session)
+    stream = make_stream(tiny_qwen, "full", max_new_tokens=30)
+    stream.ingest(FRAMES[:4], TIMES[:4])
+    before = stream.engine.call(stream.id, memory)
     written: list[str] = []
 
     def write(text: str) -> None:
@@ -423,10 +442,9 @@ def test_ctrl_c_in_an_answer_cancels_it_and_the_memory_is_as_before(tiny_qwen):
             raise KeyboardInterrupt  # Ctrl-C while the first piece is shown
 
     with create_pipe_input() as pipe:
-        assistant = Assistant(session, [], input=pipe, output=DummyOutput(), write=write)
-        assistant.worker.start()
+        assistant = Assistant(stream, [], input=pipe, output=DummyOutput(), write=write)
         assistant.answer("Tell me everything.")
         assistant.answer("And now?")  # the prompt goes on
-        assistant.worker.stop()
     assert written[1] == " [cancelled]\n" and written[-1] == "\n"
-    assert_same_memory(memory(session), before)
+    assert_same_memory(stream.engine.call(stream.id, memory), before)
+    stream.engine.stop()

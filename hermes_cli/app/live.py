@@ -1,10 +1,10 @@
 """The interactive assistant: a background thread ingests the stream while a prompt answers.
 
-One ``SessionWorker`` thread owns the session; everything else sends it requests. ``Ingestor``
-runs in its own thread and only reads frames from the source (pacing a file at real time when
-asked) and submits them to the worker, so a question waits for at most the chunk in flight; the
-prompt (prompt-toolkit) asks the worker, streams answers token by token and shows live readouts
-in its bottom toolbar. Errors in the thread become messages; the prompt stays usable and
+The engine's thread owns the stream's memory; this module only sends it requests through the
+stream's client. ``Ingestor`` runs in its own thread and only reads frames from the source
+(pacing a file at real time when asked) and submits them, so a question waits for at most the
+chunk in flight; the prompt (prompt-toolkit) asks the stream, streams answers token by token
+and shows live readouts in its bottom toolbar. Errors in the thread become messages; the prompt stays usable and
 questions keep working on the memory as it is.
 """
 
@@ -16,6 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from prompt_toolkit import PromptSession
@@ -24,11 +25,10 @@ from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings
 from prompt_toolkit.patch_stdout import patch_stdout
 
-from ..engine.cache import KIND_VIDEO
+from ..engine.readouts import MemoryMap
 from ..engine.records import SessionStats
-from ..engine.session import Session
-from ..engine.worker import SessionWorker, WorkerStopped
 from ..frames import FrameSource, as_source
+from .feed import Pacer
 
 HELP = """\
 Ask anything about the stream; answers come from the memory as it is now.
@@ -44,27 +44,27 @@ RATE_WINDOW_S = 10.0  # "× real time" is measured over this much recent wall ti
 
 
 class Ingestor:
-    """Reads frames from a source on a background thread and submits them to the session worker.
+    """Reads frames from a source on a background thread and submits them to an engine stream.
 
     Never dies silently. Its thread writes only ``error``, ``frames_read``, ``last_read_s``,
-    ``frames_refused`` and the rate window; the readouts (``snapshot``, ``paused``) are published
-    by the worker. Exactness: every frame read is taken by the worker (then in the memory or
-    pending in a partial chunk, flushed at the end of the stream or for a question on a live
-    source) or refused because the worker stopped: ``frames_read ==
-    worker.counts().frames_taken + frames_refused`` when this is the worker's only source.
+    ``frames_refused`` and the rate window; the readouts (``snapshot``, ``paused``) are the
+    engine's. Exactness: every frame read is submitted (then in the memory, pending in a
+    partial chunk, queued, or — on a live source the engine fell behind — dropped and counted) or
+    refused because the stream or the engine stopped: ``frames_read ==
+    stream.counts().frames_submitted + frames_refused`` when this is the stream's only source.
 
     ``pace``: deliver a file at real time here (``--realtime`` in the interactive prompt), on a
-    clock that stops while paused, so ``/resume`` continues where the stream was, without a
-    backlog.
+    clock that stops while paused (``feed.Pacer``), so ``/resume`` continues where the stream
+    was, without a backlog.
     """
 
-    def __init__(self, session: Session | SessionWorker, frames: FrameSource | Iterable, notify: Callable[[str], None], *,
+    def __init__(self, stream, frames: FrameSource | Iterable, notify: Callable[[str], None], *,
                  pace: bool = False) -> None:
-        self.worker = session if isinstance(session, SessionWorker) else SessionWorker(session)
-        self.session = self.worker.session  # its settings only: the worker owns its state
+        self.stream = stream
         self.frames = as_source(frames)
         self.notify = notify
         self.pace = pace
+        self.pacer = Pacer() if pace else None
         self.stopping = threading.Event()
         self.finished = threading.Event()
         self.error: str | None = None
@@ -74,20 +74,16 @@ class Ingestor:
         self._warned = 0
         self.started = time.monotonic()
         self._rate: deque[tuple[float, float]] = deque()  # (wall, stream time) of recent frames
-        self._origin: float | None = None  # pacing: wall time of stream time 0
-        self._paused_total = 0.0
-        self._pause_started: float | None = None
         self.thread = threading.Thread(target=self._run, name="hermes-ingest", daemon=True)
 
     @property
     def snapshot(self) -> SessionStats:
-        """The session's stats as the worker last published them."""
-        return self.worker.stats()
+        """The stream's stats as the engine last published them."""
+        return self.stream.stats()
 
     @property
-    def paused(self) -> threading.Event:
-        """Set while the worker is paused (read-only: use ``pause``/``resume``)."""
-        return self.worker.paused
+    def paused(self) -> bool:
+        return self.stream.paused
 
     @property
     def live(self) -> bool:
@@ -96,88 +92,71 @@ class Ingestor:
 
     def pause(self) -> None:
         """Stop ingesting (and the pacing clock); returns once no chunk is in flight."""
-        self.worker.pause()
-        if self._pause_started is None:
-            self._pause_started = time.monotonic()
+        self.stream.pause()
+        if self.pacer is not None:
+            self.pacer.pause()
 
     def resume(self) -> None:
-        if self._pause_started is not None:
-            self._paused_total += time.monotonic() - self._pause_started
-            self._pause_started = None
+        if self.pacer is not None:
+            self.pacer.resume()
         self._rate.clear()  # a rate across a pause means nothing
-        self.worker.resume()
+        self.stream.resume()
 
     def start(self) -> Ingestor:
-        """Start the worker and the thread (once; later calls do nothing)."""
-        self.worker.start()
+        """Start the thread (once; later calls do nothing)."""
         if self.thread.ident is None:
             self.started = time.monotonic()
             self.thread.start()
         return self
 
     def _run(self) -> None:
+        from ..engine.client import EngineStopped, StreamFailed
+        from .feed import feed
+
+        def read(frame) -> None:
+            self.frames_read += 1
+            self.last_read_s = frame.timestamp
+
+        def submitted(frame) -> None:
+            self._rate.append((time.monotonic(), frame.timestamp))
+            self._say_new_warnings()
+
         try:
-            for frame in self.frames:
-                if self.pace:
-                    self._wait_until_due(frame.timestamp)
-                if self.stopping.is_set():
-                    return
-                self.frames_read += 1
-                self.last_read_s = frame.timestamp
-                try:
-                    self.worker.ingest([frame.image], [frame.timestamp])
-                except WorkerStopped as stopped:
-                    self.frames_refused += 1 - stopped.frames_taken
-                    return
-                self._rate.append((time.monotonic(), frame.timestamp))
-                self._say_new_warnings()
+            lost = feed(self.stream, self.frames, pacer=self.pacer, stopping=self.stopping, before=read,
+                        on_frame=submitted)
             if self.stopping.is_set():  # left by the user: the stream did not end
                 return
-            self.worker.flush()
-            s = self.worker.stats()
+            if lost is not None:
+                raise lost
+            self.stream.flush()
+            s = self.stream.stats()
             self.notify(f"end of stream: {s.frames_seen} frames, {s.stream_time_s:.1f}s — "
                         "questions keep working on the final memory")
-        except WorkerStopped:
-            return
+        except (EngineStopped, StreamFailed) as stopped:
+            self.frames_refused = self.frames_read - self.stream.counts().frames_submitted
+            if not self.stopping.is_set() and isinstance(stopped, StreamFailed):
+                self.error = str(stopped)
+                self.notify(f"ingestion stopped: {stopped}")
         except Exception as exc:  # the prompt must hear about it, and stay usable
             if self.stopping.is_set():
                 return
             self.error = f"{type(exc).__name__}: {exc}"
             self.notify(f"ingestion stopped: {exc} — questions still work on the memory so far")
         finally:
+            self._say_new_warnings()
             self.finished.set()
 
-    def _paused_for(self) -> float:
-        ongoing = 0.0 if self._pause_started is None else time.monotonic() - self._pause_started
-        return self._paused_total + ongoing
-
-    def _wait_until_due(self, timestamp: float) -> None:
-        """Pacing: wait until the frame's stream time on a clock that stands still while paused."""
-        if self._origin is None:
-            self._origin = time.monotonic() - timestamp - self._paused_for()
-            return
-        while not self.stopping.is_set():
-            delay = self._origin + self._paused_for() + timestamp - time.monotonic()
-            if delay <= 0 and not self.paused.is_set():
-                return
-            self.stopping.wait(min(max(delay, 0.05), 0.1))
-
-    def flush_for_question(self) -> None:
-        """Live sources: prefill the frames of the partial chunk, so an answer covers them."""
-        if self.live:
-            self.worker.flush()
-
     def _say_new_warnings(self) -> None:
-        warnings = self.worker.warnings
+        warnings = self.stream.warnings
         while self._warned < len(warnings):
             self.notify(f"warning: {warnings[self._warned]}")
             self._warned += 1
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop ingesting and the worker (the chunk in flight finishes), release the source, join."""
+        """Stop reading (the chunk in flight finishes), release the source, join. The stream
+        stays open: its memory can still be saved and asked."""
         self.stopping.set()
         self.frames.close()
-        self.worker.stop(timeout_s)
         if self.thread.ident is not None:
             self.thread.join(timeout_s)
 
@@ -208,7 +187,7 @@ class Ingestor:
             return "error"
         if self.finished.is_set():
             return "done"
-        return "paused" if self.paused.is_set() else "live"
+        return "paused" if self.paused else "live"
 
 
 def _write_stdout(text: str) -> None:
@@ -233,21 +212,21 @@ def toolbar_text(ingestor: Ingestor, width: int | None = None) -> str:
     """The one-line live readout. With ``width``, readouts that do not fit are left out whole,
     least important first (RSS, KV MiB, speed, lag, chunk latency), never cut in the middle."""
     s = ingestor.snapshot
-    session = ingestor.session
+    stream = ingestor.stream
     cache, mem = s.cache, s.memory
     counters = ingestor.frames.stats
-    dropped = counters.frames_dropped
+    dropped = counters.frames_dropped + stream.counts().frames_dropped
     state = ingestor.state
     t = max(s.stream_time_s, ingestor.last_read_s)
     budget = cache.budget if cache.budget is not None else "∞"
     chunk = s.prefill_ms_last_chunk
-    answer = session.last_answer
+    answer = stream.last_answer
     seen = max(s.frames_seen, ingestor.frames_read)
     speed = ingestor.speed if state == "live" else None
     lag = ingestor.lag_s
     parts = [  # (priority: lower stays longer, text), in display order
         (0, f"{state} {int(t // 60):02d}:{t % 60:04.1f}"),
-        (1, f"{seen} frames, {frames_kept(s, session.adapter.frames_per_unit)} kept"
+        (1, f"{seen} frames, {frames_kept(s, stream.frames_per_unit)} kept"
             + (f", {dropped} dropped" if dropped else "")
             + (f", {counters.gaps} gaps ({counters.gap_s:.0f}s)" if counters.gaps else "")
             + (" · reconnecting" if counters.reconnecting else "")),
@@ -281,32 +260,17 @@ def _shade(share: float | None) -> str:
     return SHADES[1 + min(2, int(share * 3))]
 
 
-def held_shares(session: Session) -> list[dict[int, float]]:
-    """Per layer: unit -> share of that unit's tokens the layer still holds (units with none left out)."""
-    per_unit = max(1, session.tokens_per_unit or 1)
-    shares = []
-    for layer in range(session.cache.num_layers):
-        meta = session.cache.meta(layer)
-        units = meta.frame[meta.kind == KIND_VIDEO].tolist()  # over all heads, where a layer keeps a set per head
-        counts: dict[int, int] = {}
-        for u in units:
-            counts[u] = counts.get(u, 0) + 1
-        shares.append({u: min(1.0, n / (per_unit * meta.heads)) for u, n in counts.items()})
-    return shares
-
-
-def memory_timeline(session: Session, width: int = 48) -> str:
-    """Per layer group, which moments of the stream it still holds: every cell a unit covers is
-    marked (a Qwen-VL unit spans 2 frames); █ all of its tokens held, ▓▒░ part, · none."""
-    if not session.units_seen:
+def memory_timeline(memory: MemoryMap, width: int = 48) -> str:
+    """Per layer group, which moments of the stream it still holds (from the engine's
+    ``MemoryMap``): every cell a unit covers is marked (a Qwen-VL unit spans 2 frames); █ all of
+    its tokens held, ▓▒░ part, · none."""
+    if not memory.units:
         return "nothing streamed yet"
-    times = list(session.unit_times)
-    step = session.adapter.frames_per_unit / session.config.fps
-    spans = [(t, times[i + 1] if i + 1 < len(times) else t + step) for i, t in enumerate(times)]
+    spans = memory.units
     end = max(spans[-1][1], 1e-6)
-    shares = held_shares(session)
+    shares = memory.shares
     lines = [f"0s {'─' * (width - 2)} {end:.0f}s"]
-    for role, layers in session.policy.layer_groups(len(shares)).items():
+    for role, layers in memory.groups.items():
         if not layers:
             continue
         cells = []
@@ -322,20 +286,43 @@ def memory_timeline(session: Session, width: int = 48) -> str:
         kept = set().union(*(shares[i] for i in layers))
         lines.append(f"{''.join(cells)}  {role} (layers {layers[0]}–{layers[-1]}, {len(kept)} of {len(spans)} units)")
     lines.append("█ held · ▓▒░ partly held · · forgotten" + (
-        f" · a unit is {session.adapter.frames_per_unit} frames" if session.adapter.frames_per_unit > 1 else ""))
+        f" · a unit is {memory.frames_per_unit} frames" if memory.frames_per_unit > 1 else ""))
     return "\n".join(lines)
+
+
+@dataclass
+class SaveTarget:
+    """Where ``/save`` without a file name writes (the command line's --save-memory or
+    --autosave), and the stream's source name recorded in the snapshot."""
+
+    path: Path | None = None
+    source: str | None = None
+
+    def command(self, stream, text: str) -> str:
+        """Run ``/save [FILE]``; the message to show (errors included)."""
+        from ..engine.snapshot import SnapshotError
+
+        parts = text.split(maxsplit=1)
+        target = Path(parts[1]).expanduser() if len(parts) > 1 else self.path
+        if target is None:
+            return "/save needs a file name (or start with --save-memory FILE or --autosave FILE)"
+        try:
+            report = stream.save(target, source=self.source)
+        except (SnapshotError, RuntimeError, OSError) as exc:
+            return f"could not save: {exc}"
+        return f"memory saved to {report.path} ({report.bytes / 2**20:.1f} MiB)"
 
 
 class Assistant:
     """The interactive prompt over a running ``Ingestor``."""
 
-    def __init__(self, session: Session, frames: FrameSource | Iterable, *, input=None, output=None,
+    def __init__(self, stream, frames: FrameSource | Iterable, *, input=None, output=None,
                  history_file: Path | None = None, write: Callable[[str], None] | None = None,
-                 pace: bool = False) -> None:
-        self.session = session
+                 pace: bool = False, save_to: SaveTarget | None = None) -> None:
+        self.stream = stream  # an engine stream's client (in-process, or over HTTP)
         self.write = write or _write_stdout
-        self.worker = SessionWorker(session)  # the one thread that drives the session
-        self.ingestor = Ingestor(self.worker, frames, self._notify, pace=pace)
+        self.save_to = save_to or SaveTarget()
+        self.ingestor = Ingestor(stream, frames, self._notify, pace=pace)
         self._input, self._output, self._history_file = input, output, history_file
         self.prompt: PromptSession | None = None
 
@@ -379,7 +366,7 @@ class Assistant:
         """Prompt until /quit, Ctrl-D or Ctrl-C at an empty prompt; then stop the worker."""
         self.prompt = self._make_prompt()
         self.ingestor.start()
-        self.print(f"hermes · {self.session.adapter.name} · policy {self.session.policy.name} — /help for commands")
+        self.print(f"hermes · {self.stream.model} · policy {self.stream.policy.name} — /help for commands")
         try:
             with patch_stdout(raw=True):
                 while True:
@@ -399,16 +386,15 @@ class Assistant:
             self.ingestor.stop()
 
     def answer(self, question: str) -> None:
-        stream = None
+        handle = None
         try:
-            self.ingestor.flush_for_question()
-            stream = self.worker.ask(question)
-            for piece in stream:
+            handle = self.stream.ask(question, flush=self.ingestor.live)
+            for piece in handle:
                 self.write(piece)
             self.write("\n")
         except KeyboardInterrupt:
-            if stream is not None:
-                stream.close()  # returns once the question has left the memory
+            if handle is not None:
+                handle.close()  # returns once the question has left the memory
             self.write(" [cancelled]\n")
         except Exception as exc:  # a failing answer must not end the session
             self._notify(f"could not answer: {type(exc).__name__}: {exc}")
@@ -421,7 +407,7 @@ class Assistant:
         if name == "/help":
             self.print(HELP)
         elif name == "/stats":
-            stats = self.worker.call(Session.stats)
+            stats = self.stream.fresh_stats()
             text = stats_text(stats, self.ingestor)
             waiting = self.ingestor.frames_read - stats.frames_seen
             if waiting > 0:
@@ -430,7 +416,7 @@ class Assistant:
         elif name == "/memory":
             columns = self._columns()
             width = 48 if columns is None else max(16, min(64, columns - MEMORY_LABEL_COLUMNS))
-            self.print(self.worker.call(lambda session: memory_timeline(session, width)))
+            self.print(memory_timeline(self.stream.memory_map(), width))
         elif name == "/pause":
             self.ingestor.pause()
             self.print("paused: the stream clock stops until /resume" if self.ingestor.pace else
@@ -440,15 +426,13 @@ class Assistant:
             self.ingestor.resume()
             self.print("resumed")
         elif name == "/policy":
-            p = self.session.policy
+            p = self.stream.policy
             params = ", ".join(f"{f.name}={getattr(p, f.name)!r}" for f in p.parameters())
-            self.print(f"{p.name} (budget {self.session.config.budget}): {p.description}" + (f"\n  {params}" if params else ""))
+            self.print(f"{p.name} (budget {self.stream.config.budget}): {p.description}" + (f"\n  {params}" if params else ""))
         elif name == "/save":
-            from ..engine.snapshot import save_command
-
-            self.print(self.worker.call(lambda session: save_command(session, text)))
+            self.print(self.save_to.command(self.stream, text))
         elif name == "/clear":
-            self.worker.call(lambda session: session.history.clear())
+            self.stream.clear_history()
             self.print("conversation forgotten; the video memory is unchanged")
         else:
             self.print(f"unknown command {name} — /help lists them")
@@ -465,10 +449,11 @@ class LineAssistant(Assistant):
     an answer (``--json``). End of input (or /quit) stops the stream and returns.
     """
 
-    def __init__(self, session: Session, frames: FrameSource | Iterable, *, write: Callable[[str], None] | None = None,
+    def __init__(self, stream, frames: FrameSource | Iterable, *, write: Callable[[str], None] | None = None,
                  notice: Callable[[str], None] | None = None, prompt: Callable[[], None] | None = None,
-                 emit: Callable[[object], None] | None = None, pace: bool = False) -> None:
-        super().__init__(session, frames, write=write, pace=pace)
+                 emit: Callable[[object], None] | None = None, pace: bool = False,
+                 save_to: SaveTarget | None = None) -> None:
+        super().__init__(stream, frames, write=write, pace=pace, save_to=save_to)
         self.notice = notice or (lambda text: sys.stderr.write(text + "\n"))
         self.show_prompt = prompt
         self.emit = emit
@@ -510,9 +495,8 @@ class LineAssistant(Assistant):
             return
         from .streaming import AskedAnswer
 
-        self.ingestor.flush_for_question()
-        answer = self.worker.answer(question)
-        self.emit(AskedAnswer(answer, answer.stream_time_s, self.worker.call(Session.stats)))
+        answer = self.stream.answer(question, flush=self.ingestor.live)
+        self.emit(AskedAnswer(answer, answer.stream_time_s, self.stream.fresh_stats()))
 
 
 def stats_text(s: SessionStats, ingestor: Ingestor | None = None) -> str:
@@ -539,11 +523,11 @@ def history_path() -> Path:
     return Path(state) / "hermes-video" / "history"
 
 
-def run_interactive(session: Session, frames, **kwargs) -> None:
+def run_interactive(stream, frames, **kwargs) -> None:
     """The full-screen prompt (stdin and stdout are terminals)."""
-    Assistant(session, frames, history_file=kwargs.pop("history_file", history_path()), **kwargs).run()
+    Assistant(stream, frames, history_file=kwargs.pop("history_file", history_path()), **kwargs).run()
 
 
-def run_lines(session: Session, frames, lines: Iterable[str] | None = None, **kwargs) -> None:
+def run_lines(stream, frames, lines: Iterable[str] | None = None, **kwargs) -> None:
     """Questions line by line, without a full-screen prompt (see ``LineAssistant``)."""
-    LineAssistant(session, frames, **kwargs).run(lines)
+    LineAssistant(stream, frames, **kwargs).run(lines)

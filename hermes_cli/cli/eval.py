@@ -21,8 +21,8 @@ from .factory import (
     MemorySettings,
     ModelSettings,
     SessionSettings,
-    build_session,
-    new_session,
+    build_engine,
+    open_stream,
     prepare_model,
 )
 from .groups import ModelOptions, with_option_groups
@@ -295,11 +295,9 @@ def _session_factory(settings, device, dtype, *, quiet: bool):
     state: dict = {}
 
     def factory():
-        if "adapter" not in state:
-            session = build_session(session_settings, quiet=quiet)
-            state["adapter"] = session.adapter
-            return session
-        return new_session(state["adapter"], session_settings)
+        if "engine" not in state:
+            state["engine"] = build_engine(session_settings, quiet=quiet)
+        return open_stream(state["engine"], session_settings)
 
     return factory
 

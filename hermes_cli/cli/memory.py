@@ -18,6 +18,7 @@ from .console import UserError, note
 from .factory import SessionSettings
 
 if TYPE_CHECKING:
+    from ..app.live import SaveTarget
     from ..engine.snapshot import Autosaver
     from .groups import SnapshotOptions
 
@@ -75,8 +76,9 @@ class MemoryRun:
                 raise UserError(f"{option} {path}: folder {Path(path).expanduser().parent} does not exist")
         self.snapshot = None
         self.autosaver: Autosaver | None = None
-        self.session = None
+        self.stream = None
         self.source: str | None = None
+        self.save_to: SaveTarget | None = None
         if self.load is not None:
             from ..engine.snapshot import SnapshotError, read
 
@@ -84,10 +86,6 @@ class MemoryRun:
                 self.snapshot = read(Path(self.load).expanduser())
             except SnapshotError as exc:
                 raise UserError(str(exc)) from None
-
-    @property
-    def active(self) -> bool:
-        return any((self.load, self.save, self.autosave))
 
     def settings(self, settings: SessionSettings, given: set[str]) -> SessionSettings:
         """``settings`` with what was not ``given`` taken from the snapshot (model, dtype, policy,
@@ -118,28 +116,29 @@ class MemoryRun:
         answers = dataclasses.replace(answers, system=config["system_prompt"])
         return SessionSettings(model, memory, answers)
 
-    def attach(self, session, frames, source: str | None):
-        """Restore the snapshot into ``session`` and return the frames to stream: a file the
-        snapshot came from resumes after its last frame; another source continues the stream
-        time (after the snapshot's queued frames are flushed: its stream ended). With
-        --autosave, the session is saved between frames."""
-        from ..engine.snapshot import Autosaver, SnapshotError, check_fits, restore, set_destination
+    def attach(self, stream, frames, source: str | None):
+        """Restore the snapshot into ``stream`` (an engine stream's client) and return the frames
+        to stream: a file the snapshot came from resumes after its last frame; another source
+        continues the stream time (after the snapshot's queued frames are flushed: its stream
+        ended). With --autosave the engine saves the stream after its chunks."""
+        from ..app.live import SaveTarget
+        from ..engine.snapshot import SnapshotError
 
-        self.session, self.source = session, source
+        self.stream, self.source = stream, source
         snap = self.snapshot
         if snap is not None:
             try:
-                check_fits(snap, session, accept_policy=self.accept_policy, convert_dtype=self.convert)
-                restore(snap, session, convert_dtype=self.convert)
+                stream.restore(snap, accept_policy=self.accept_policy, convert_dtype=self.convert)
             except SnapshotError as exc:
                 raise UserError(str(exc)) from None
             if not self.quiet:
-                s = session.stats()
+                s = stream.fresh_stats()
                 note(f"memory from {snap.path}: {s.frames_seen} frames ({s.stream_time_s:.1f}s), "
-                     f"{s.cache.tokens} tokens/layer, {len(session.history)} turns")
-        set_destination(session, self.save or self.autosave, source)
+                     f"{s.cache.tokens} tokens/layer, {len(stream.history())} turns")
+        target = self.save or self.autosave
+        self.save_to = SaveTarget(None if target is None else Path(target).expanduser(), source)
         if self.autosave is not None:
-            self.autosaver = Autosaver(session, Path(self.autosave).expanduser(), self.every_s, source=source)
+            self.autosaver = stream.autosave(Path(self.autosave).expanduser(), self.every_s, source=source)
         if frames is None:
             return no_frames()
         skip, offset = None, 0.0
@@ -148,22 +147,21 @@ class MemoryRun:
             if snap is not None and source is not None and source == snap.source and not frames.is_live:
                 skip = consumed
             else:  # another stream: the snapshot's ended, so its queued frames go in now
-                session.flush()
-                offset = consumed + 1.0 / session.config.fps
-        if skip is None and not offset and self.autosaver is None:
+                stream.flush()
+                offset = consumed + 1.0 / stream.config.fps
+        if skip is None and not offset:
             return frames
-        return ContinuedFrames(frames, skip_until_s=skip, offset_s=offset,
-                               after_frame=self.autosaver.tick if self.autosaver else None)
+        return ContinuedFrames(frames, skip_until_s=skip, offset_s=offset)
 
     def finish(self) -> None:
         """At the end of the stream (or when the prompt closes): --save-memory, and a last autosave."""
-        from ..engine.snapshot import SnapshotError, save
+        from ..engine.snapshot import SnapshotError
 
-        if self.session is None:
+        if self.stream is None:
             return
         for path in dict.fromkeys(p for p in (self.save, self.autosave) if p is not None):
             try:
-                report = save(self.session, Path(path).expanduser(), source=self.source)
+                report = self.stream.save(Path(path).expanduser(), source=self.source)
             except SnapshotError as exc:
                 raise UserError(str(exc)) from None
             if not self.quiet:
@@ -172,29 +170,20 @@ class MemoryRun:
 
 class ContinuedFrames:
     """A frame source seen through a restored stream: frames up to ``skip_until_s`` are dropped
-    (they are in the memory already), the rest shifted by ``offset_s``; ``after_frame`` runs
-    once each frame handed out has been taken in (before the next is handed out, and at the end)."""
+    (they are in the memory already), the rest shifted by ``offset_s``."""
 
-    def __init__(self, frames: FrameSource, *, skip_until_s: float | None = None, offset_s: float = 0.0,
-                 after_frame=None):
+    def __init__(self, frames: FrameSource, *, skip_until_s: float | None = None, offset_s: float = 0.0):
         self._frames = frames
         self.skip_until_s = skip_until_s
         self.offset_s = offset_s
-        self.after_frame = after_frame
         self.skipped = 0
 
     def __iter__(self):
-        handed = False
         for frame in self._frames:
             if self.skip_until_s is not None and frame.timestamp <= self.skip_until_s + 1e-9:
                 self.skipped += 1
                 continue
-            if handed and self.after_frame is not None:
-                self.after_frame()
-            handed = True
             yield dataclasses.replace(frame, timestamp=frame.timestamp + self.offset_s) if self.offset_s else frame
-        if handed and self.after_frame is not None:
-            self.after_frame()
 
     @property
     def name(self) -> str:
@@ -225,9 +214,3 @@ class ContinuedFrames:
 def no_frames() -> FrameSource:
     """No stream at all: the prompt works on the loaded memory alone."""
     return IterableSource((), name="memory")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        return None

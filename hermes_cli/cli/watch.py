@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from ..frames import FrameSource
 from .console import Interrupted, UserError, err, out, quiet, set_debug, set_verbosity, warn
-from .factory import build_session, open_frames
+from .factory import build_engine, open_frames, open_stream
 from .groups import (
     AnswerOptions,
     MemoryOptions,
@@ -72,18 +72,21 @@ def watch(
     piped = mode == "batch" and not questions  # questions come from stdin, one per line
     if piped and realtime:
         mode = "lines"  # paced: each piped line is answered when it is read
-    # prompt and lines pace --realtime themselves, on a clock that /pause stops
-    frames = open_frames(source, settings.memory.fps, reconnect, realtime=realtime and mode == "batch")
+    frames = open_frames(source, settings.memory.fps, reconnect)
     check_against_source(frames, questions)
     if piped and (realtime or frames.is_live):
         mode = "lines"  # a live stream: each piped line is answered when it is read
     elif piped:
         questions = [TimedQuestion(line.strip()) for line in sys.stdin if line.strip()]  # at the end of the file
-    session = build_session(settings, quiet=json_out)
-    frames = snapshots.attach(session, frames, source_id(source))
-    run_mode(mode, session, frames, questions, json_out=json_out, pace=realtime and mode != "batch",
-             progress=not no_progress, source=source)
-    snapshots.finish()
+    engine = build_engine(settings, quiet=json_out)
+    try:
+        stream = open_stream(engine, settings, live=frames.is_live)
+        frames = snapshots.attach(stream, frames, source_id(source))
+        run_mode(mode, stream, frames, questions, json_out=json_out, pace=realtime, progress=not no_progress,
+                 source=source, save_to=snapshots.save_to)
+        snapshots.finish()
+    finally:
+        engine.stop()
 
 
 def watch_mode(has_questions: bool, stdin_tty: bool, stdout_tty: bool, json_out: bool) -> str:
@@ -94,14 +97,15 @@ def watch_mode(has_questions: bool, stdin_tty: bool, stdout_tty: bool, json_out:
     return "prompt" if stdout_tty and not json_out else "lines"
 
 
-def run_mode(mode: str, session, frames, questions, *, json_out: bool, pace: bool, progress: bool = True,
-             source: str | None = None) -> None:
+def run_mode(mode: str, stream, frames, questions, *, json_out: bool, pace: bool, progress: bool = True,
+             source: str | None = None, save_to=None) -> None:
+    """Drive ``stream`` (an engine stream's client) in ``mode``; ``pace``: a file at real time."""
     if mode == "batch":
-        run_batch(session, frames, questions, json_out, progress=progress, source=source)
+        run_batch(stream, frames, questions, json_out, progress=progress, source=source, pace=pace)
     elif mode == "prompt":
         from ..app.live import run_interactive
 
-        run_interactive(session, frames, pace=pace)
+        run_interactive(stream, frames, pace=pace, save_to=save_to)
     else:
         from ..app.live import run_lines
 
@@ -112,9 +116,9 @@ def run_mode(mode: str, session, frames, questions, *, json_out: bool, pace: boo
 
         emit = (lambda result: print(json.dumps(answer_record(result, frames)), flush=True)) if json_out else None
         if not json_out and not quiet():
-            err.print(f"hermes · {session.adapter.name} · policy {session.policy.name} — one question per line, "
+            err.print(f"hermes · {stream.model} · policy {stream.policy.name} — one question per line, "
                       "/help for commands, Ctrl-D to leave", soft_wrap=True)
-        run_lines(session, frames, prompt=prompt, emit=emit, pace=pace)
+        run_lines(stream, frames, prompt=prompt, emit=emit, pace=pace, save_to=save_to)
 
 
 def check_against_source(frames, questions) -> None:
@@ -172,11 +176,15 @@ def chat(
     settings.check()
     spec = (source or default_camera()) if webcam else source
     frames = None if spec is None else open_frames(spec, settings.memory.fps, reconnect, webcam=webcam)
-    session = build_session(settings, quiet=json_out)
-    frames = snapshots.attach(session, frames, None if spec is None else source_id(spec, webcam))
-    mode = "prompt" if sys.stdin.isatty() and sys.stdout.isatty() and not json_out else "lines"
-    run_mode(mode, session, frames, [], json_out=json_out, pace=False)
-    snapshots.finish()
+    engine = build_engine(settings, quiet=json_out)
+    try:
+        stream = open_stream(engine, settings, live=frames is not None and frames.is_live)
+        frames = snapshots.attach(stream, frames, None if spec is None else source_id(spec, webcam))
+        mode = "prompt" if sys.stdin.isatty() and sys.stdout.isatty() and not json_out else "lines"
+        run_mode(mode, stream, frames, [], json_out=json_out, pace=False, save_to=snapshots.save_to)
+        snapshots.finish()
+    finally:
+        engine.stop()
 
 
 def answer_record(result, frames: FrameSource | None = None) -> dict:
@@ -199,7 +207,8 @@ def answer_record(result, frames: FrameSource | None = None) -> dict:
     return record
 
 
-def run_batch(session, frames, questions, json_out: bool, *, progress: bool = True, source: str | None = None) -> None:
+def run_batch(stream, frames, questions, json_out: bool, *, progress: bool = True, source: str | None = None,
+              pace: bool = False) -> None:
     """Stream ``frames`` and answer the timed questions, printing each answer as it comes.
 
     On a terminal a progress bar runs on stderr; answers are printed above it (the bar steps
@@ -209,6 +218,7 @@ def run_batch(session, frames, questions, json_out: bool, *, progress: bool = Tr
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..app.streaming import run_stream
+    from ..engine.client import StreamFailed
     from ..engine.positions import PositionLimitError
     from ..sources import SourceError
 
@@ -234,24 +244,27 @@ def run_batch(session, frames, questions, json_out: bool, *, progress: bool = Tr
         read["time"] = frame.timestamp
         if show_progress:
             bar.update(task, completed=frame.timestamp,
-                       info=f"{frame.timestamp:6.1f}s · {read['frames']} frames · {session.cache.length} tokens/layer")
+                       info=f"{frame.timestamp:6.1f}s · {read['frames']} frames · "
+                            f"{stream.stats().cache.tokens} tokens/layer")
 
     try:
         with bar, frames:
             task = bar.add_task("stream", total=frames.duration_s, info="")
-            run_stream(session, frames, questions, on_answer=on_answer, on_frame=on_frame,
-                       prefetch=session.config.chunk_frames)  # decode the next chunk while this one prefills
-    except (SourceError, PositionLimitError) as exc:
+            run_stream(stream, frames, questions, on_answer=on_answer, on_frame=on_frame, pace=pace)
+    except (SourceError, PositionLimitError, StreamFailed) as exc:
         from .urls import explain_source_error
 
-        raise UserError(explain_source_error(source, str(exc))) from exc
+        cause = exc.__cause__ if isinstance(exc, StreamFailed) and exc.__cause__ is not None else exc
+        if isinstance(exc, StreamFailed) and not isinstance(cause, (SourceError, PositionLimitError)):
+            raise cause from None  # a fault of the program: --debug shows it whole
+        raise UserError(explain_source_error(source, str(cause))) from exc
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted at {read['time']:.1f}s of the stream ({read['frames']} frames read); "
                           f"{read['answers']} of {len(questions)} questions answered") from None
-    for warning in [*frames.stats.warnings, *session.warnings]:
+    for warning in [*frames.stats.warnings, *stream.warnings]:
         warn(warning)
     if not questions and not json_out:
-        s = session.stats()
+        s = stream.fresh_stats()
         out.print(f"streamed {s.frames_seen} frames ({s.stream_time_s:.1f}s); "
                   f"cache {s.cache.tokens} tokens/layer, {s.cache.kv_bytes / 2**20:.1f} MiB")
 

@@ -448,6 +448,9 @@ class BatchLayer(DynamicLayer):
     (B, H, capacity, D) buffer; each step writes row b's new key after its own length, in the
     buffer and in the row's own ``StreamLayer`` (so that stream's cache stays complete)."""
 
+    keys: Tensor  # (B, H, capacity, D)
+    values: Tensor
+
     def __init__(self, rows: list[StreamLayer], lengths: list[int], reserve: int) -> None:
         super().__init__()
         self.rows = rows
@@ -506,13 +509,14 @@ class BatchView(Cache):
             raise ValueError("a batch needs caches of one model")
         self.caches = caches
         self.lengths = [c.length for c in caches]
-        layers = [BatchLayer([c.stream_layers[l] for c in caches], self.lengths, reserve)
-                  for l in range(caches[0].num_layers)]
+        self.batch_layers = [BatchLayer([c.stream_layers[l] for c in caches], self.lengths, reserve)
+                             for l in range(caches[0].num_layers)]
+        layers: list = list(self.batch_layers)
         super().__init__(layers=layers)
 
     def step_mask(self) -> Tensor:
         """(B, 1, 1, longest + 1) boolean: row b sees its own tokens and the one it appends now."""
-        device = self.layers[0].device
+        device = self.batch_layers[0].device
         width = max(self.lengths) + 1
         at = torch.tensor(self.lengths, device=device)
         return (torch.arange(width, device=device)[None, :] <= at[:, None])[:, None, None, :]

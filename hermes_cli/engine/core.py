@@ -6,7 +6,8 @@ questions, flushes. Everything else talks to the engine by requests (``client.St
 the in-process client; an HTTP or Ray client implements the same methods). The scheduler, on
 each turn, in this order:
 
-1. serves control requests (open, close, save, restore, readouts, pause, resume);
+1. serves control requests (open, close, save, restore, readouts, pause, resume; one that reads
+   or changes a stream's session waits until that stream's open answer has ended);
 2. starts a question whose stream has taken every frame submitted before it (flushing the
    partial chunk first when asked: a live stream's answer covers everything seen);
 3. decodes one token of every open answer — several streams' answers together in one batch
@@ -168,9 +169,8 @@ class _Stream:
         return min(bounds, default=self.next_seq)
 
     def ready(self, after_seq: int) -> bool:
-        """Every frame submitted before ``after_seq`` has been taken (or dropped); a paused
-        stream takes none, so what it holds is all there is."""
-        return self.paused or not self.frames or self.frames[0][0] >= after_seq
+        """Every frame submitted before ``after_seq`` has been taken (or dropped)."""
+        return not self.frames or self.frames[0][0] >= after_seq
 
     def make_counts(self) -> StreamCounts:
         s = self.session
@@ -428,10 +428,12 @@ class Engine:
                 kind, st, arg = work
                 if kind == "control":
                     self._serve_control(arg)
-                elif kind == "start":
-                    self._start_answer(st, arg)
                 elif kind == "decode":
                     self._decode_step(arg)
+                elif st is None:
+                    raise RuntimeError(f"{kind} work without a stream")
+                elif kind == "start":
+                    self._start_answer(st, arg)
                 elif kind == "barrier":
                     self._serve_barrier(st, arg)
                 else:
@@ -451,11 +453,15 @@ class Engine:
             while True:
                 if self._stop:
                     return None
-                if self._controls:
-                    return "control", None, self._controls.popleft()
+                for request in self._controls:  # a call on a stream waits for its open answer
+                    busy = self._streams.get(request.stream or "")
+                    if request.kind != "call" or busy is None or busy.active is None:
+                        self._controls.remove(request)
+                        return "control", None, request
                 live = [self._streams[sid] for sid in self._order]
                 for st in live:
-                    if st.active is None and st.jobs and not st.error and st.ready(st.jobs[0].after_seq):
+                    # a paused stream takes no frames: a question answers from what it holds
+                    if st.active is None and st.jobs and not st.error and (st.paused or st.ready(st.jobs[0].after_seq)):
                         job = st.jobs[0]
                         if not st.barriers or st.barriers[0].after_seq > job.after_seq:
                             st.jobs.popleft()
@@ -475,7 +481,7 @@ class Engine:
                         continue
                     bound = st.first_barrier()
                     need = max(1, st.session.config.chunk_frames - st.session.pending_frames)
-                    take = []
+                    take: list[tuple[int, np.ndarray, float]] = []
                     while st.frames and st.frames[0][0] < bound and len(take) < need:
                         take.append(st.frames.popleft())
                     if take:
@@ -493,7 +499,7 @@ class Engine:
                 policy, config, live, bound = request.payload
                 if request.stream in self._streams and not self._streams[request.stream].closed:
                     raise ValueError(f"a stream named {request.stream!r} is already open")
-                st = _Stream(request.stream, Session(self.adapter, policy, config), live=live, queue_frames=bound)
+                st = _Stream(request.stream or "", Session(self.adapter, policy, config), live=live, queue_frames=bound)
                 self._publish(st)
                 with self._cv:
                     self._streams[st.id] = st
@@ -667,7 +673,6 @@ class Engine:
             st.active = None
         with self._cv:
             st.closed = True
-            st.frames.clear()
             self._cv.notify_all()
         self._refuse_stream(st, StreamFailed(f"stream {st.id} is closed"))
         self._emit(st, "closed", {})
@@ -676,12 +681,16 @@ class Engine:
             if st.id in self._order:
                 self._order.remove(st.id)
 
-    def _refuse_stream(self, st: _Stream, error: BaseException) -> None:
+    def _refuse_stream(self, st: _Stream, error: BaseException, *, drop_frames: bool = True) -> None:
+        """Fail what waits for the stream; ``drop_frames``: its queued frames go too (counted
+        as dropped) — an engine that stops leaves them queued, so the counts still add up."""
         with self._cv:
             jobs, barriers = list(st.jobs), list(st.barriers)
             st.jobs.clear()
             st.barriers.clear()
-            st.frames.clear()
+            if drop_frames:
+                st.dropped += len(st.frames)
+                st.frames.clear()
             self._cv.notify_all()
         for job in jobs:
             self._end_job(job, error)
@@ -702,7 +711,7 @@ class Engine:
                     st.active.opened.close()
                 self._end_job(st.active, EngineStopped("the answer was cut short: the engine stopped"))
                 st.active = None
-            self._refuse_stream(st, EngineStopped())
+            self._refuse_stream(st, EngineStopped(), drop_frames=False)
 
     def _emit(self, st: _Stream, kind: str, data: dict) -> None:
         event = Event(kind, st.id, data)

@@ -70,7 +70,8 @@ def memory_map(session) -> MemoryMap:
     from .cache import KIND_SUMMARY, KIND_VIDEO
 
     per_unit = max(1, session.tokens_per_unit or 1)
-    shares, summary = [], []
+    shares: list[dict[int, float]] = []
+    summary: list[int] = []
     for layer in range(session.cache.num_layers):
         if session.cache.stream_layers[layer].meta is None:
             shares.append({})

@@ -24,7 +24,6 @@ import os
 import struct
 import tempfile
 import time
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -447,26 +446,3 @@ class Autosaver:
         self.last = self.clock()
         self.saves += 1
         return report
-
-
-# Where `/save` without a file name writes, per session (set by the command line).
-_DESTINATIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def set_destination(session, path: str | os.PathLike | None, source: str | None = None) -> None:
-    """Remember where ``/save`` without a file writes for ``session`` (and the stream's name)."""
-    _DESTINATIONS[session] = (None if path is None else Path(path), source)
-
-
-def save_command(session, text: str) -> str:
-    """Run the prompt's ``/save [FILE]``; returns the message to show (errors included)."""
-    parts = text.split(maxsplit=1)
-    default, source = _DESTINATIONS.get(session, (None, None))
-    target = Path(parts[1]).expanduser() if len(parts) > 1 else default
-    if target is None:
-        return "/save needs a file name (or start with --save-memory FILE or --autosave FILE)"
-    try:
-        report = save(session, target, source=source)
-    except (SnapshotError, RuntimeError) as exc:
-        return f"could not save: {exc}"
-    return f"memory saved to {report.path} ({report.bytes / 2**20:.1f} MiB)"
