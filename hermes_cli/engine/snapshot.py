@@ -139,14 +139,14 @@ def capture(session, *, source: str | None = None) -> tuple[dict[str, Tensor], d
 def _capture(session, source: str | None) -> tuple[dict[str, Tensor], dict[str, str], float]:
     adapter = session.adapter
     t0 = time.perf_counter()
-    with session.lock:
-        layers = session.cache.export_layers("cpu")
-        capacities = session.cache.capacities()
-        next_id = session.cache.next_id
-        positions = session.positions.state()
-        stream = session.stream_state()
-        policy = session.policy
-        config = dataclasses.asdict(session.config)
+    # run on the engine thread, the session's one driver (engine.core): nothing moves meanwhile
+    layers = session.cache.export_layers("cpu")
+    capacities = session.cache.capacities()
+    next_id = session.cache.next_id
+    positions = session.positions.state()
+    stream = session.stream_state()
+    policy = session.policy
+    config = dataclasses.asdict(session.config)
     locked_s = time.perf_counter() - t0
     prefix_ids = adapter.tokens(adapter.prefix_text(config["system_prompt"]))
     tensors: dict[str, Tensor] = {"prefix.token_ids": prefix_ids.to(torch.int64)}
@@ -392,11 +392,10 @@ def restore(snap: Snapshot, session, *, convert_dtype: bool = False) -> None:
         pending=[(snap.tensors[f"pending.{i}.image"].numpy().copy(), t) for i, t in enumerate(pending_times)],
     )
     system_prompt = snap.state["config"]["system_prompt"]
-    with session.lock:
-        session.cache.import_layers(layers, snap.state["cache"]["next_id"], snap.state["cache"]["capacity"])
-        session.positions.restore(snap.state["positions"])
-        session.restore_stream_state(stream)
-        session.config = dataclasses.replace(session.config, system_prompt=system_prompt)
+    session.cache.import_layers(layers, snap.state["cache"]["next_id"], snap.state["cache"]["capacity"])
+    session.positions.restore(snap.state["positions"])
+    session.restore_stream_state(stream)
+    session.config = dataclasses.replace(session.config, system_prompt=system_prompt)
 
 
 def load(path: str | os.PathLike, session, *, accept_policy: bool = False, convert_dtype: bool = False) -> Snapshot:
