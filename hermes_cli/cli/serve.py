@@ -101,6 +101,10 @@ def serve(
         def handle_exit(self, sig, frame) -> None:
             hub.draining.set()
             super().handle_exit(sig, frame)
+            # uvicorn raises the signal again once it has shut down; drained, this is a clean exit
+            captured = getattr(self, "_captured_signals", None)
+            if isinstance(captured, list):
+                captured.clear()
 
         async def startup(self, sockets=None) -> None:
             await super().startup(sockets)

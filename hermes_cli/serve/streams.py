@@ -227,9 +227,11 @@ class Hub:
                           "and ask with model hermes:stream/ID")
         try:
             client = open_stream(self.engine, settings.memory.make_policy(), settings.config(), live=live, name=sid)
-        except BaseException:
+        except BaseException as exc:
             if frames is not None:
                 frames.close()
+            if isinstance(exc, ValueError):  # what only the model can tell (a chunk it cannot encode)
+                raise Refused(422, _field_text(str(exc))) from None
             raise
         entry = StreamEntry(sid, client, source, target, live, realtime and not live, oneoff, frames)
         try:
