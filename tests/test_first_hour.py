@@ -171,14 +171,14 @@ def test_the_toolbar_fits_the_terminal(video, columns):
 
 def test_the_toolbar_leaves_out_whole_readouts_to_fit(tiny_llava):
     from hermes_cli.app.live import Ingestor, toolbar_text
-    from hermes_cli.engine.session import Session, SessionConfig
-    from tests.conftest import moving_square_frames
+    from hermes_cli.engine.session import SessionConfig
+    from tests.conftest import moving_square_frames, on_engine
 
-    session = Session(tiny_llava, config=SessionConfig(chunk_frames=2, budget=None, max_new_tokens=2))
-    session.ingest(moving_square_frames(4), [0.0, 1.0, 2.0, 3.0])
-    session.answer("what?")
-    ingestor = Ingestor(session, [], lambda message: None)
-    wide, narrow = toolbar_text(ingestor, 200), toolbar_text(ingestor, 80)
+    with on_engine(tiny_llava, "full", SessionConfig(chunk_frames=2, budget=None, max_new_tokens=2)) as stream:
+        stream.ingest(moving_square_frames(4), [0.0, 1.0, 2.0, 3.0])
+        stream.answer("what?")
+        ingestor = Ingestor(stream, [], lambda message: None)
+        wide, narrow = toolbar_text(ingestor, 200), toolbar_text(ingestor, 80)
     assert len(narrow) <= 80 and "TTFT" in narrow and "frames" in narrow and "cache" in narrow
     assert set(narrow.split(" │ ")) < set(wide.split(" │ "))  # whole readouts left out, none cut
     assert "RSS" in wide and "RSS" not in narrow

@@ -164,19 +164,19 @@ def test_cli_reads_reconnect_and_notes_a_rate_above_the_source(tmp_path, capsys)
 def test_a_source_that_gives_up_still_gets_its_questions_answered(tiny_llava):
     """The stream ends early with one error, after the questions owed are answered from the memory so far."""
     from hermes_cli.app.streaming import TimedQuestion, run_stream
-    from hermes_cli.engine.session import Session, SessionConfig
+    from hermes_cli.engine.session import SessionConfig
     from hermes_cli.frames import Frame
-    from tests.conftest import moving_square_frames
+    from tests.conftest import moving_square_frames, on_engine
 
     def frames():
         for i, image in enumerate(moving_square_frames(6)):
             yield Frame(image, float(i), i)
         raise SourceError("tcp://127.0.0.1:1: the stream ended and did not come back within 3 s")
 
-    session = Session(tiny_llava, config=SessionConfig(chunk_frames=4, budget=None, max_new_tokens=2))
     answered = []
-    with pytest.raises(SourceError, match="did not come back"):
-        run_stream(session, frames(), [TimedQuestion("late?", 100.0), TimedQuestion("at the end?")],
+    with on_engine(tiny_llava, "full", SessionConfig(chunk_frames=4, budget=None, max_new_tokens=2)) as stream, \
+            pytest.raises(SourceError, match="did not come back"):
+        run_stream(stream, frames(), [TimedQuestion("late?", 100.0), TimedQuestion("at the end?")],
                    on_answer=answered.append)
     assert [a.answer.question for a in answered] == ["late?", "at the end?"]
     assert all(not a.answer.no_frames and a.answer.frames_seen == 6 for a in answered)
@@ -198,10 +198,12 @@ def test_json_answers_and_the_toolbar_carry_the_gaps():
 
 def test_the_toolbar_shows_a_live_sources_gaps(tiny_llava):
     from hermes_cli.app.live import Ingestor, toolbar_text
-    from hermes_cli.engine.session import Session, SessionConfig
+    from hermes_cli.engine.session import SessionConfig
     from hermes_cli.frames import IterableSource
+    from tests.conftest import on_engine
 
     source = IterableSource([], name="tcp://x", is_live=True)
     source.stats.gaps, source.stats.gap_s, source.stats.reconnecting = 1, 4.2, True
-    ingestor = Ingestor(Session(tiny_llava, config=SessionConfig(chunk_frames=2, budget=None)), source, lambda m: None)
-    assert "1 gaps (4s) · reconnecting" in toolbar_text(ingestor)
+    with on_engine(tiny_llava, "full", SessionConfig(chunk_frames=2, budget=None)) as stream:
+        ingestor = Ingestor(stream, source, lambda m: None)
+        assert "1 gaps (4s) · reconnecting" in toolbar_text(ingestor)

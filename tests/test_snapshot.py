@@ -179,22 +179,27 @@ def test_saves_from_another_thread_while_ingesting_always_continue_exactly(tiny_
     consistent point of the stream, from which the rest of the stream gives the same end."""
     import threading
 
+    from hermes_cli.engine.client import open_stream
+    from hermes_cli.engine.core import Engine
+
     whole, expected = continuous(tiny_llava, "llava", "hermes")
-    session = Session(tiny_llava, make_policy("hermes"), config("llava", "hermes"))
     frames, times = stream(N + M)
+    with Engine(tiny_llava) as engine:
+        live = open_stream(engine, make_policy("hermes"), config("llava", "hermes"))
 
-    def ingest():
-        for frame, t in zip(frames, times, strict=True):
-            session.ingest([frame], [t])
-            time.sleep(0.002)
+        def ingest():
+            for frame, t in zip(frames, times, strict=True):
+                live.submit(frame, t)
+                time.sleep(0.002)
+            live.flush()
 
-    worker = threading.Thread(target=ingest)
-    worker.start()
-    paths = []
-    while worker.is_alive() and len(paths) < 40:
-        paths.append(tmp_path / f"s{len(paths)}.safetensors")
-        snapshot.save(session, paths[-1])
-    worker.join()
+        worker = threading.Thread(target=ingest)
+        worker.start()
+        paths = []
+        while worker.is_alive() and len(paths) < 40:
+            paths.append(tmp_path / f"s{len(paths)}.safetensors")
+            live.save(paths[-1])
+        worker.join()
     consumed = sorted({snapshot.read(p).consumed_until_s for p in paths} - {None})
     assert len(consumed) >= 3, consumed  # saves landed at several points of the stream
     for until in consumed[:: max(1, len(consumed) // 4)]:
@@ -514,24 +519,26 @@ def test_sigkill_during_autosaved_ingestion_leaves_a_snapshot_that_resumes(tmp_p
 
 
 def test_prompt_save_command(tiny_llava, tmp_path):
-    session = Session(tiny_llava, make_policy("full"), config("llava", "full"))
-    session.ingest(*stream(2))
-    assert snapshot.save_command(session, "/save").startswith("/save needs a file name")
-    assert snapshot.save_command(session, f"/save {tmp_path / 'a.safetensors'}").startswith("memory saved to")
-    snapshot.set_destination(session, tmp_path / "b.safetensors")
-    assert "b.safetensors" in snapshot.save_command(session, "/save")
-    assert snapshot.read(tmp_path / "b.safetensors").state["stream"]["frames_seen"] == 2
-    assert snapshot.save_command(session, "/save /no/such/dir/x.safetensors").startswith("could not save")
+    from hermes_cli.app.live import SaveTarget
+    from tests.conftest import on_engine
+
+    with on_engine(tiny_llava, "full", config("llava", "full")) as live:
+        live.ingest(*stream(2))
+        assert SaveTarget().command(live, "/save").startswith("/save needs a file name")
+        assert SaveTarget().command(live, f"/save {tmp_path / 'a.safetensors'}").startswith("memory saved to")
+        target = SaveTarget(tmp_path / "b.safetensors")
+        assert "b.safetensors" in target.command(live, "/save")
+        assert snapshot.read(tmp_path / "b.safetensors").state["stream"]["frames_seen"] == 2
+        assert target.command(live, "/save /no/such/dir/x.safetensors").startswith("could not save")
 
 
-def test_continued_frames_skip_or_shift_and_tick():
+def test_continued_frames_skip_or_shift():
     from hermes_cli.cli.memory import ContinuedFrames
     from hermes_cli.sources import Frame
 
     frames = [Frame(np.zeros((2, 2, 3), np.uint8), float(t), t) for t in range(5)]
-    ticks = []
-    seen = list(ContinuedFrames(frames, skip_until_s=2.0, after_frame=lambda: ticks.append(1)))
-    assert [f.timestamp for f in seen] == [3.0, 4.0] and len(ticks) == 2
+    seen = list(ContinuedFrames(frames, skip_until_s=2.0))
+    assert [f.timestamp for f in seen] == [3.0, 4.0]
     shifted = list(ContinuedFrames(frames, offset_s=10.0))
     assert [f.timestamp for f in shifted] == [10.0, 11.0, 12.0, 13.0, 14.0]
 
@@ -558,22 +565,22 @@ def test_chat_memory_alone_opens_the_prompt_on_the_memory(good, tmp_path, capsys
     import hermes_cli.app.live as live
 
     opened = {}
-    def open_prompt(session, frames, *args, **kwargs):  # the full prompt or, without a terminal, plain lines
-        opened.update(session=session, frames=frames)
+    written: list[str] = []
+
+    def open_prompt(stream, frames, *args, **kwargs):  # the full prompt or, without a terminal, plain lines
+        opened.update(seen=stream.fresh_stats().frames_seen, policy=stream.policy.name, model=stream.model)
+        with create_pipe_input() as pipe:
+            assistant = live.Assistant(stream, frames, input=pipe, output=DummyOutput(), write=written.append)
+            pipe.send_text("What is happening?\r")
+            pipe.send_text(f"/save {tmp_path / 'prompt.safetensors'}\r")
+            pipe.send_text("/quit\r")
+            assistant.run()
 
     monkeypatch.setattr(live, "run_interactive", open_prompt)
     monkeypatch.setattr(live, "run_lines", open_prompt)
     code, lines = cli(capsys, "chat", "--memory", str(good), "--save-memory", str(tmp_path / "after.safetensors"))
     assert code == 0, lines
-    session, frames = opened["session"], opened["frames"]
-    assert session.frames_seen == N - N % 4 and session.policy.name == "hermes" and session.adapter.name == "tiny"
-    written: list[str] = []
-    with create_pipe_input() as pipe:
-        assistant = live.Assistant(session, frames, input=pipe, output=DummyOutput(), write=written.append)
-        pipe.send_text("What is happening?\r")
-        pipe.send_text(f"/save {tmp_path / 'prompt.safetensors'}\r")
-        pipe.send_text("/quit\r")
-        assistant.run()
+    assert opened == {"seen": N - N % 4, "policy": "hermes", "model": "tiny"}
     text = "".join(written)
     assert "memory saved to" in text
     saved = snapshot.read(tmp_path / "prompt.safetensors")

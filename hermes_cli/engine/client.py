@@ -201,9 +201,16 @@ class StreamClient:
         self.engine.resume(self.id)
 
     def save(self, path, *, source: str | None = None) -> SaveReport:
-        from .snapshot import save
+        """Write the memory to ``path`` atomically: the copy is taken between two engine steps,
+        the file is written on this thread (the engine goes on meanwhile)."""
+        import time
 
-        return self.engine.call(self.id, lambda session: save(session, path, source=source))
+        from .snapshot import capture_timed, check_destination, write_captured
+
+        check_destination(path)
+        t0 = time.perf_counter()
+        tensors, metadata, held_s = self.engine.call(self.id, lambda session: capture_timed(session, source=source))
+        return write_captured(path, tensors, metadata, held_s, time.perf_counter() - t0)
 
     def restore(self, snap: Snapshot, *, accept_policy: bool = False, convert_dtype: bool = False) -> None:
         """Take ``snap``'s memory (checked first: a mismatch raises ``SnapshotError``)."""

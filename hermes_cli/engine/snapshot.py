@@ -89,7 +89,7 @@ class SaveReport:
     path: Path
     bytes: int
     kv_bytes: int
-    locked_s: float  # the copy taken under the session's lock (ingestion and answers wait this long)
+    locked_s: float  # the copy taken on the engine's thread (every stream's work waits this long)
     capture_s: float  # the copy, the header and the checksum
     write_s: float  # serialising, writing, fsync, rename
 
@@ -131,15 +131,20 @@ def checksum(tensors: dict[str, Tensor], metadata: dict[str, str]) -> str:
 
 # -- saving --------------------------------------------------------------------------------------------
 def capture(session, *, source: str | None = None) -> tuple[dict[str, Tensor], dict[str, str]]:
-    """The session's memory as (tensors on the CPU, header): a consistent copy taken under its lock."""
+    """The session's memory as (tensors on the CPU, header): a consistent copy (call it on the
+    thread that drives the session: the engine's)."""
     tensors, metadata, _ = _capture(session, source)
     return tensors, metadata
+
+
+def capture_timed(session, *, source: str | None = None) -> tuple[dict[str, Tensor], dict[str, str], float]:
+    """``capture`` and the seconds it took (what a save holds the engine up)."""
+    return _capture(session, source)
 
 
 def _capture(session, source: str | None) -> tuple[dict[str, Tensor], dict[str, str], float]:
     adapter = session.adapter
     t0 = time.perf_counter()
-    # run on the engine thread, the session's one driver (engine.core): nothing moves meanwhile
     layers = session.cache.export_layers("cpu")
     capacities = session.cache.capacities()
     next_id = session.cache.next_id
@@ -222,13 +227,25 @@ def write_atomic(path: str | os.PathLike, data: bytes) -> None:
 
 def save(session, path: str | os.PathLike, *, source: str | None = None) -> SaveReport:
     """Write the session's memory to ``path`` atomically; ``source`` names the stream (for resuming)."""
-    from safetensors.torch import save as serialise
+    check_destination(path)
+    t0 = time.perf_counter()
+    tensors, metadata, locked_s = _capture(session, source)
+    return write_captured(path, tensors, metadata, locked_s, time.perf_counter() - t0)
 
+
+def check_destination(path: str | os.PathLike) -> None:
     path = Path(path)
     if not path.parent.is_dir():
         raise SnapshotError(f"cannot save the memory to {path}: folder {path.parent} does not exist")
-    t0 = time.perf_counter()
-    tensors, metadata, locked_s = _capture(session, source)
+
+
+def write_captured(path: str | os.PathLike, tensors: dict[str, Tensor], metadata: dict[str, str], locked_s: float,
+                   capture_s: float) -> SaveReport:
+    """Serialise a ``capture`` and write it to ``path`` atomically (any thread)."""
+    from safetensors.torch import save as serialise
+
+    path = Path(path)
+    check_destination(path)
     t1 = time.perf_counter()
     data = serialise(tensors, metadata)
     try:
@@ -236,7 +253,7 @@ def save(session, path: str | os.PathLike, *, source: str | None = None) -> Save
     except OSError as exc:
         raise SnapshotError(f"cannot save the memory to {path}: {exc.strerror or exc}") from exc
     kv = sum(t.numel() * t.element_size() for k, t in tensors.items() if k.endswith((".keys", ".values")))
-    return SaveReport(path, len(data), kv, locked_s, t1 - t0, time.perf_counter() - t1)
+    return SaveReport(path, len(data), kv, locked_s, capture_s, time.perf_counter() - t1)
 
 
 # -- reading -------------------------------------------------------------------------------------------
