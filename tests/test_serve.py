@@ -308,3 +308,39 @@ def test_metrics_are_prometheus_text_with_streams_latencies_and_memory(http, sdk
     assert int(count.split()[1]) >= 1
     chunks = next(line for line in text.splitlines() if line.startswith("hermes_chunk_prefill_seconds_count"))
     assert int(chunks.split()[1]) >= 2
+
+
+# -- hermes chat --server -------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_hermes_chat_talks_to_a_servers_stream_like_a_local_one(http, sdk, server):
+    import subprocess
+    import sys
+
+    sid = open_stream(http, source="short.mp4")
+    wait_state(http, sid)
+    first = sdk.chat.completions.create(model=f"hermes:stream/{sid}", messages=QUESTION, max_tokens=6)
+    text = first.choices[0].message.content
+    follow_up = [*QUESTION, {"role": "assistant", "content": text}, {"role": "user", "content": "And then?"}]
+    second = sdk.chat.completions.create(model=f"hermes:stream/{sid}", messages=follow_up, max_tokens=6)
+    lines = f"{QUESTION[0]['content']}\nAnd then?\n/clear\nAnd then?\n/stats\n/memory\n/pause\n"
+    done = subprocess.run([sys.executable, "-m", "hermes_cli", "chat", "--server", server.url, "--stream", sid,
+                           "--max-new-tokens", "6", "--json"], input=lines, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert [r["answer"] for r in records[:2]] == [text, second.choices[0].message.content]  # the client keeps the turns
+    assert records[2]["answer"] == sdk.chat.completions.create(
+        model=f"hermes:stream/{sid}", messages=[{"role": "user", "content": "And then?"}], max_tokens=6
+    ).choices[0].message.content  # /clear forgot them
+    assert records[0]["frames_seen"] == 8 and records[0]["answer_tokens"] == 6
+    assert "8 frames" in done.stdout and "shallow" in done.stdout  # /stats and /memory from the server
+    assert http.get(f"/v1/streams/{sid}").json()["paused"] is True
+
+
+@pytest.mark.slow
+def test_hermes_chat_without_a_reachable_stream_says_so_in_one_line(server):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "hermes_cli", "chat", "--server", server.url, "--stream", "nope"],
+                          input="", capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "no stream 'nope'" in done.stderr and len(done.stderr.strip().splitlines()) == 1

@@ -124,3 +124,4 @@ def serve(
     if serve_settings.save_on_exit is not None:
         err.print(f"saved {len(hub.saved)} stream memories to {serve_settings.save_on_exit}", soft_wrap=True,
                   highlight=False)
+

@@ -126,7 +126,8 @@ def extras(answer: Answer) -> dict:
     """What the memory answered from and what it cost (beside OpenAI's fields)."""
     return {"stream_time_s": round(answer.stream_time_s, 3), "frames_seen": answer.frames_seen,
             "ttft_ms": None if answer.ttft_ms is None else round(answer.ttft_ms, 3),
-            "tpot_ms": None if answer.tpot_ms is None else round(answer.tpot_ms, 3), "no_frames": answer.no_frames}
+            "tpot_ms": None if answer.tpot_ms is None else round(answer.tpot_ms, 3), "no_frames": answer.no_frames,
+            "token_ids": list(answer.tokens), "context_tokens": answer.context_tokens}
 
 
 def completion(request: ChatRequest, answer: Answer, max_new_tokens: int) -> dict:

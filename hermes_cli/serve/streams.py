@@ -104,6 +104,12 @@ class Hub:
                       "warnings": list(c.warnings), "stats": stats, "created": int(entry.created_s)}
         if c.error:
             view["error"] = c.error
+        last = c.stats().last_chunk
+        policy, config = c.policy, c.config
+        view["last_chunk"] = None if last is None else asdict(last)
+        view["policy_parameters"] = {f.name: getattr(policy, f.name) for f in policy.parameters()}
+        view["config"] = asdict(config)
+        view["frames_per_unit"] = c.frames_per_unit
         if memory_map:
             view["memory_map"] = c.memory_map().to_json()
         return view
