@@ -344,3 +344,37 @@ def test_hermes_chat_without_a_reachable_stream_says_so_in_one_line(server):
     done = subprocess.run([sys.executable, "-m", "hermes_cli", "chat", "--server", server.url, "--stream", "nope"],
                           input="", capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "no stream 'nope'" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+# -- must-show 5: a live source that drops ----------------------------------------------------------
+@pytest.mark.slow  # real time: 2 s of stream, 1 s down, 2 s more, then the 3 s reconnect window
+def test_a_live_source_that_drops_reconnects_and_its_events_report_the_gap(server):
+    from hermes_cli.serve.app import create_app
+    from hermes_cli.serve.settings import ServeSettings
+    from tests.test_reconnect import restarting_server
+
+    url, servers = restarting_server("tcp")
+    app = create_app(server.hub.engine, ServeSettings(reconnect_s=3.0, keepalive_s=1.0))
+    with LiveServer(app) as other, httpx.Client(base_url=other.url, timeout=60) as client:
+        reply = client.post("/v1/streams", json={"source": url, "fps": 5, "chunk": 4, "budget": 32})
+        assert reply.status_code == 201, reply.text
+        sid = reply.json()["id"]
+        assert reply.json()["live"] is True
+        events = []
+        with httpx.stream("GET", f"{other.url}/v1/streams/{sid}/events", timeout=60) as response:
+            for kind, data in sse_events(response):
+                if kind != "comment":
+                    events.append((kind, data))
+                if kind in ("ended", "failed"):
+                    break
+        kinds = [k for k, _ in events]
+        gap = next(d for k, d in events if k == "gap")
+        assert gap["gaps"] == 1 and gap["gap_s"] > 0.5
+        assert kinds.index("gap") > kinds.index("chunk")  # frames before the drop were in already
+        assert kinds[-1] == "ended" and "error" in events[-1][1]  # gone for good after the window
+        view = client.get(f"/v1/streams/{sid}").json()
+        assert view["state"] == "failed" and view["frames_seen"] > 10  # both runs are in the memory
+        answer = client.post("/v1/chat/completions", json={"model": f"hermes:stream/{sid}", "max_tokens": 3,
+                                                           "messages": [{"role": "user", "content": "And?"}]})
+        assert answer.status_code == 200  # the memory so far still answers
+    servers.join(30)
