@@ -373,7 +373,7 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
 
 
 def sse_event(number: int, kind: str, stream: str, data: dict, wall_s: float | None = None) -> str:
-    payload: dict[str, Any] = {"stream": stream, **data}
+    payload: dict[str, Any] = {"event": kind, "stream": stream, **data}  # the kind again: readers that drop event names
     if wall_s is not None:
         payload["wall_s"] = round(wall_s, 3)
     return f"id: {number}\nevent: {kind}\ndata: {json.dumps(payload)}\n\n"
