@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from hermes_cli.cli.main import app
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
-COMMANDS = ["watch", "chat", "bench", "eval", "models", "policies"]
+COMMANDS = ["watch", "chat", "bench", "eval", "serve", "models", "policies"]
 HEADER = """# Command-line reference
 
 Generated from `hermes COMMAND --help` (regenerate with `UPDATE_DOCS=1 pytest tests/test_docs.py`).
