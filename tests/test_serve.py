@@ -378,3 +378,17 @@ def test_a_live_source_that_drops_reconnects_and_its_events_report_the_gap(serve
                                                            "messages": [{"role": "user", "content": "And?"}]})
         assert answer.status_code == 200  # the memory so far still answers
     servers.join(30)
+
+
+def test_a_plain_reply_whose_client_gives_up_is_cancelled_too(http, server):
+    sid = open_stream(http, source="short.mp4")
+    wait_state(http, sid)
+    body = {"model": f"hermes:stream/{sid}", "messages": QUESTION, "max_tokens": 1000}
+    with pytest.raises(httpx.ReadTimeout):  # the client stops waiting and closes the connection
+        httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=httpx.Timeout(30, read=0.3))
+    client = server.hub.get(sid).client
+    deadline = time.monotonic() + 10
+    while client.counts().answers_cancelled < 1:
+        assert time.monotonic() < deadline, "the answer was not cancelled"
+        time.sleep(0.02)
+    assert len(client.last_answer.tokens) < 1000 and client.counts().answers == 0
