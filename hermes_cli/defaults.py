@@ -32,3 +32,12 @@ BENCH_POLICIES = "hermes,infinipot,fifo,full"
 BENCH_FRAMES = "512"
 BENCH_MODEL = "tiny"
 BENCH_QUESTION = "What is happening in the video?"
+
+# --notify: proactive alerts (engine/notify.py, docs/notify.md)
+NOTIFY_THRESHOLD = 0.5  # --notify-threshold: on-threshold on p(yes), 0-1 (0: fire at the first probe)
+NOTIFY_OFF_RATIO = 0.8  # --notify-off-threshold defaults to this × the on-threshold
+NOTIFY_CONSECUTIVE = 1  # --notify-consecutive: probes in a row above the on-threshold before firing
+NOTIFY_COOLDOWN = 4  # --notify-cooldown: probes (chunks) after a fire during which it cannot fire again
+NOTIFY_MARGIN = 0.1  # --notify-margin: how far p(yes) must rise above the condition's own baseline
+NOTIFY_BASELINE = 8  # --notify-baseline: span in probes of the baseline's moving average
+NOTIFY_DESCRIBE_TOKENS = 32  # the description generated when a condition fires

@@ -72,26 +72,27 @@ def _block(command: str, stdout: str, stderr: str = "") -> str:
     return f"```text\n$ {command}\n{body}\n```\n"
 
 
-def _session_after_a_stream(clip: Path):
+def _stream_after_a_stream(engine, clip: Path):
+    """A stream on ``engine`` that has taken the whole clip and answered one question."""
     from hermes_cli.app.live import Ingestor
-    from hermes_cli.engine.session import Session, SessionConfig
-    from hermes_cli.models.loading import load_model
+    from hermes_cli.engine.client import open_stream
+    from hermes_cli.engine.session import SessionConfig
     from hermes_cli.sources import open_source
     from policies import make_policy
 
-    adapter = load_model("tiny", device="cpu", dtype="fp32")
-    session = Session(adapter, make_policy("hermes"), SessionConfig(budget=30, chunk_frames=4, fps=2.0,
-                                                                     max_new_tokens=4))
+    stream = open_stream(engine, make_policy("hermes"), SessionConfig(budget=30, chunk_frames=4, fps=2.0,
+                                                                      max_new_tokens=4))
     with open_source(str(clip), 2.0) as frames:
         for frame in frames:
-            session.ingest([frame.image], [frame.timestamp])
-    session.flush()
-    session.answer("What is on the street?")
-    ingestor = Ingestor(session, [], lambda message: None)
+            stream.submit(frame.image, frame.timestamp)
+    stream.flush()
+    stream.answer("What is on the street?")
+    ingestor = Ingestor(stream, [], lambda message: None)
     ingestor.finished.set()
-    ingestor.frames_read = session.frames_seen
-    ingestor.last_read_s = session.stream_time_s
-    return session, ingestor
+    s = stream.fresh_stats()
+    ingestor.frames_read = s.frames_seen
+    ingestor.last_read_s = s.stream_time_s
+    return stream, ingestor
 
 
 def render() -> str:
@@ -124,7 +125,11 @@ def render() -> str:
         parts.append(_block(f"printf 'What is this?\\nAnd now?\\n' | hermes watch {rel} --model tiny --json -q "
                             f"| jq -c '{{{','.join(keys)}}}'", "\n".join(lines)))
 
-        session, ingestor = _session_after_a_stream(clip)
+        from hermes_cli.engine.core import Engine
+        from hermes_cli.models.loading import load_model
+
+        engine = Engine(load_model("tiny", device="cpu", dtype="fp32")).start()
+        stream, ingestor = _stream_after_a_stream(engine, clip)
         parts.append("## The toolbar\n\n"
                      "The interactive prompt's bottom line, here after the stream ended (`done`) and one "
                      "answer. Readouts come most important first; a narrow terminal leaves out the last ones "
@@ -138,10 +143,11 @@ def render() -> str:
                      "--budget 30 --fps 2`: shallow layers keep the recent past, deep layers attention-chosen anchors. "
                      "`█` all of a moment's tokens are held, `▓▒░` part of them, `·` none; a Qwen-VL unit "
                      "is two frames and marks both cells.\n")
-        parts.append(f"```text\n? /memory\n{memory_timeline(session)}\n```\n")
+        parts.append(f"```text\n? /memory\n{memory_timeline(stream.memory_map())}\n```\n")
 
         parts.append("## `/stats`\n\nEvery readout in full.\n")
-        parts.append(f"```text\n? /stats\n{stats_text(session.stats(), ingestor)}\n```\n")
+        parts.append(f"```text\n? /stats\n{stats_text(stream.fresh_stats(), ingestor)}\n```\n")
+        engine.stop()
 
         ann = folder / "mini.json"
         ann.write_text(json.dumps([

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # lowest first; a module may import its own layer's modules (without cycles) and lower layers
 LAYERS = [
-    ("policies", "hermes_cli.defaults", "hermes_cli"),
+    ("policies", "hermes_cli.defaults", "hermes_cli", "hermes_cli.cluster"),
     ("hermes_cli.positions", "hermes_cli.frames", "hermes_cli.sources"),
     ("hermes_cli.models",),
     ("hermes_cli.engine",),
@@ -121,3 +121,20 @@ def test_the_checker_sees_an_upward_import_and_a_cycle(tmp_path, monkeypatch):
         test_imports_only_go_down()
     with pytest.raises(AssertionError, match="import cycles"):
         test_no_import_cycles()
+
+
+# The engine's insides: only hermes_cli/engine/ imports them; every mode drives streams through
+# the engine's client (hermes_cli/engine/client.py) and reads its records.
+ENGINE_INTERNALS = ("session", "cache", "decoding", "prefill", "compression", "positions", "conversation", "probe")
+
+
+def test_only_the_engine_imports_its_internals():
+    internal = {f"hermes_cli.engine.{name}" for name in ENGINE_INTERNALS}
+    offenders = [
+        f"{module} imports {target}"
+        for module, targets in graph().items()
+        if not module.startswith("hermes_cli.engine")
+        for target in targets
+        if target in internal or any(target.startswith(i + ".") for i in internal)
+    ]
+    assert not offenders, "outside the engine, use engine.client:\n" + "\n".join(sorted(offenders))

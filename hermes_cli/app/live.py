@@ -10,6 +10,7 @@ questions keep working on the memory as it is.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -29,6 +30,7 @@ from ..engine.readouts import MemoryMap
 from ..engine.records import SessionStats
 from ..frames import FrameSource, as_source
 from .feed import Pacer
+from .notifications import NotificationWatcher, notification_line
 
 HELP = """\
 Ask anything about the stream; answers come from the memory as it is now.
@@ -75,6 +77,7 @@ class Ingestor:
         self.started = time.monotonic()
         self._rate: deque[tuple[float, float]] = deque()  # (wall, stream time) of recent frames
         self.thread = threading.Thread(target=self._run, name="hermes-ingest", daemon=True)
+        self.notifications: NotificationWatcher | None = None  # --notify's, for the toolbar's mark
 
     @property
     def snapshot(self) -> SessionStats:
@@ -224,6 +227,7 @@ def toolbar_text(ingestor: Ingestor, width: int | None = None) -> str:
     seen = max(s.frames_seen, ingestor.frames_read)
     speed = ingestor.speed if state == "live" else None
     lag = ingestor.lag_s
+    notified = ingestor.notifications.count if ingestor.notifications is not None else 0
     parts = [  # (priority: lower stays longer, text), in display order
         (0, f"{state} {int(t // 60):02d}:{t % 60:04.1f}"),
         (1, f"{seen} frames, {frames_kept(s, stream.frames_per_unit)} kept"
@@ -238,6 +242,7 @@ def toolbar_text(ingestor: Ingestor, width: int | None = None) -> str:
         (2, f"TTFT {answer.ttft_ms:.0f} ms · TPOT {answer.tpot_ms or 0:.0f} ms"
             if answer is not None and answer.ttft_ms is not None else ""),
         (8, f"RSS {_mib(mem.rss_bytes)}" + (f" · GPU peak {_mib(mem.gpu_peak_bytes)}" if mem.gpu_peak_bytes else "")),
+        (1, f"🔔 {notified}" if notified else ""),
     ]
     parts = [(p, text) for p, text in parts if text]
     while width is not None and len(parts) > 1 and len(" │ ".join(t for _, t in parts)) > width:
@@ -318,10 +323,12 @@ class Assistant:
 
     def __init__(self, stream, frames: FrameSource | Iterable, *, input=None, output=None,
                  history_file: Path | None = None, write: Callable[[str], None] | None = None,
-                 pace: bool = False, save_to: SaveTarget | None = None) -> None:
+                 pace: bool = False, save_to: SaveTarget | None = None, notify_command=None) -> None:
         self.stream = stream  # an engine stream's client (in-process, or over HTTP)
         self.write = write or _write_stdout
         self.save_to = save_to or SaveTarget()
+        self.notify_command = notify_command
+        self.notifications: NotificationWatcher | None = None
         self.ingestor = Ingestor(stream, frames, self._notify, pace=pace)
         self._input, self._output, self._history_file = input, output, history_file
         self.prompt: PromptSession | None = None
@@ -351,6 +358,18 @@ class Assistant:
     def _notify(self, message: str) -> None:
         self.print(f"» {message}")
 
+    def _show_notification(self, record: dict) -> None:
+        """A --notify notification: a line at the prompt (and a mark in the toolbar)."""
+        self._notify(record["error"] if "error" in record else notification_line(record))
+
+    def _follow_notifications(self) -> None:
+        self.notifications = NotificationWatcher(self.stream, self._show_notification, self.notify_command).start()
+        self.ingestor.notifications = self.notifications
+
+    def _stop_following(self) -> None:
+        if self.notifications is not None:
+            self.notifications.stop()
+
     def _columns(self) -> int | None:
         """The terminal's width (None: not known, e.g. a dummy output)."""
         try:
@@ -365,6 +384,7 @@ class Assistant:
     def run(self) -> None:
         """Prompt until /quit, Ctrl-D or Ctrl-C at an empty prompt; then stop the worker."""
         self.prompt = self._make_prompt()
+        self._follow_notifications()
         self.ingestor.start()
         self.print(f"hermes · {self.stream.model} · policy {self.stream.policy.name} — /help for commands")
         try:
@@ -384,6 +404,7 @@ class Assistant:
                     self.answer(text)
         finally:
             self.ingestor.stop()
+            self._stop_following()
 
     def answer(self, question: str) -> None:
         handle = None
@@ -452,8 +473,8 @@ class LineAssistant(Assistant):
     def __init__(self, stream, frames: FrameSource | Iterable, *, write: Callable[[str], None] | None = None,
                  notice: Callable[[str], None] | None = None, prompt: Callable[[], None] | None = None,
                  emit: Callable[[object], None] | None = None, pace: bool = False,
-                 save_to: SaveTarget | None = None) -> None:
-        super().__init__(stream, frames, write=write, pace=pace, save_to=save_to)
+                 save_to: SaveTarget | None = None, notify_command=None) -> None:
+        super().__init__(stream, frames, write=write, pace=pace, save_to=save_to, notify_command=notify_command)
         self.notice = notice or (lambda text: sys.stderr.write(text + "\n"))
         self.show_prompt = prompt
         self.emit = emit
@@ -461,8 +482,15 @@ class LineAssistant(Assistant):
     def _notify(self, message: str) -> None:
         self.notice(f"» {message}")
 
+    def _show_notification(self, record: dict) -> None:
+        if self.emit is not None and "error" not in record:  # --json: one object per line on stdout
+            self.write(json.dumps(record) + "\n")
+        else:
+            super()._show_notification(record)
+
     def run(self, lines: Iterable[str] | None = None) -> None:
         """Answer ``lines`` (default: stdin) until they end."""
+        self._follow_notifications()
         self.ingestor.start()
         try:
             if self.show_prompt:
@@ -478,6 +506,7 @@ class LineAssistant(Assistant):
                     self.show_prompt()
         finally:
             self.ingestor.stop()
+            self._stop_following()
 
     def _wait_for_frames(self, timeout_s: float = 3600.0) -> None:
         """Until something is in memory (a live source: until a frame arrived), or the stream ended."""

@@ -372,7 +372,7 @@ def _run(adapter, names, steps, budget, chunk, fps, repeats, warmup, max_new_tok
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..bench.runner import run_bench
-    from ..engine.positions import PositionLimitError
+    from ..engine.client import PositionLimitError
     from ..sources import SourceError
 
     total = len(names) * steps[-1]

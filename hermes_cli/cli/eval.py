@@ -321,11 +321,22 @@ def _print_dry_run(aset, questions, jobs, protocol, json_out, out) -> None:
         "problems": len(aset.problems),
         "per_task": {t: {"questions": n, "multiple_choice": mc[t], "missing_video": missing_q[t]} for t, n in sorted(per_task.items())},
     }
+    probes = _probes(questions)
+    if probes:
+        data["probes"] = probes
     if json_out:
         print(json.dumps(data, ensure_ascii=False))
         return
     from rich.table import Table
 
+    if probes:  # forward / proactive sets: every probe with the time it is asked at
+        listing = Table(title=f"{len(probes)} probes")
+        for col in ("time s", "task", "probe", "about", "expected"):
+            listing.add_column(col, justify="right" if col == "time s" else "left")
+        for p in probes:
+            truth = p["expected"] + (f" at {p['ground_truth_time_s']:g} s" if p.get("ground_truth_time_s") is not None else "")
+            listing.add_row(_fmt(p["time_s"]), p["task"], p["qid"], p["about"][:60], truth)
+        out.print(listing)
     table = Table(title=f"{aset.path.name}: {data['questions']} questions, {data['videos']} videos ({protocol} protocol)")
     for col in ("task", "questions", "multiple choice", "missing video"):
         table.add_column(col, justify="left" if col == "task" else "right")
@@ -334,6 +345,15 @@ def _print_dry_run(aset, questions, jobs, protocol, json_out, out) -> None:
     out.print(table)
     out.print(f"videos found: {data['videos'] - missing_videos} of {data['videos']} · questions with end times: "
               f"{data['timed']} · unscorable: {data['unscorable']} · annotation problems: {data['problems']}")
+
+
+def _probes(questions) -> list[dict]:
+    """The forward / proactive probes among ``questions``, by time: what --dry-run lists."""
+    rows = [{"qid": q.qid, "task": q.task, "time_s": q.end_s, "about": str(q.extras.get("probe", q.question)),
+             "expected": q.answer or "", "scoring": q.scoring,
+             **({"ground_truth_time_s": q.extras.get("ground_truth_time_s")} if "ground_truth_time_s" in q.extras else {})}
+            for q in questions if q.scoring]
+    return sorted(rows, key=lambda r: (r["time_s"] is None, r["time_s"] or 0.0))
 
 
 def _fmt(value, suffix: str = "") -> str:
@@ -375,6 +395,17 @@ def _print_summary(summary: dict, report, out) -> None:
             j = oe["judge"]
             table.add_row(f"judge accuracy % ({j['model']})", str(j["n"]), _fmt(j["accuracy"]))
             table.add_row("judge mean score (0-5)", str(j["n"]), _fmt(j["mean_score"]))
+        out.print(table)
+    fw = summary.get("forward")
+    if fw:
+        table = Table()
+        for col in ("forward active responding", "probes", "correct", "accuracy %", 'always "Yes" %', "p(yes) ≥ 0.5 %"):
+            table.add_column(col, justify="left" if col.startswith("forward") else "right")
+        table.add_row("[bold]overall[/]", str(fw["n"]), str(fw["correct"]), f"[bold]{_fmt(fw['accuracy'])}[/]",
+                      _fmt(fw["yes_baseline"]), _fmt(fw["probe_accuracy"]))
+        for task, row in fw["per_task"].items():
+            table.add_row(f"task: {task}", str(row["n"]), str(row["correct"]), _fmt(row["accuracy"]),
+                          _fmt(row["yes_baseline"]), _fmt(row["probe_accuracy"]))
         out.print(table)
     t = summary["timing"]
     out.print(f"answered {q['answered']} of {q['selected']} questions ({report.answered} now, {report.skipped_done} from an earlier run; "

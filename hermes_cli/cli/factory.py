@@ -243,12 +243,14 @@ def start_engine(adapter):
     return Engine(adapter).start()
 
 
-def open_stream(engine, settings: SessionSettings, *, live: bool = False, name: str | None = None):
-    """A new stream on ``engine`` under ``settings``' memory and answer settings: its client."""
+def open_stream(engine, settings: SessionSettings, *, live: bool = False, name: str | None = None, notifier=None):
+    """A new stream on ``engine`` under ``settings``' memory and answer settings: its client
+    (``notifier``: --notify's conditions, probed after each chunk)."""
     from ..engine.client import open_stream as open_on
 
     try:
-        return open_on(engine, settings.memory.make_policy(), settings.config(), live=live, name=name)
+        return open_on(engine, settings.memory.make_policy(), settings.config(), live=live, name=name,
+                       notifier=notifier)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
 

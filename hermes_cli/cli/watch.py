@@ -22,6 +22,7 @@ from .groups import (
     with_option_groups,
 )
 from .memory import MemoryRun, given_options, source_id
+from .notify import NotifyOptions
 from .options import NoProgressOpt, ReconnectOpt
 
 
@@ -38,6 +39,7 @@ def watch(
     realtime: Annotated[bool, typer.Option("--realtime", help="Pace a file at real time instead of as fast as the model allows.")] = False,
     reconnect: ReconnectOpt = None,
     snapshot_options: SnapshotOptions = SnapshotOptions(),
+    notify_options: NotifyOptions = NotifyOptions(),
     no_progress: NoProgressOpt = False,
     output: OutputOptions = OutputOptions(),
 ) -> None:
@@ -54,6 +56,7 @@ def watch(
       hermes watch talk.mp4 --model tiny --ask "What happens?" --json
       hermes watch match.mp4 --policy infinipot --budget 4000 --ask-at 1:05="Who scored?"
       hermes watch lecture.mp4 --autosave lecture.safetensors    (saved every 60 s and at the end)
+      hermes watch door.mp4 --notify "a person enters" --json    (a JSON object when it happens)
     """
     set_debug(output.debug)
     set_verbosity(output.quiet_, output.verbose_)
@@ -68,6 +71,7 @@ def watch(
     snapshots = MemoryRun.from_options(snapshot_options, quiet=json_out)
     settings = snapshots.settings(settings, given_options(ctx))
     settings.check()
+    notify_options.check()
     mode = watch_mode(bool(questions), sys.stdin.isatty(), sys.stdout.isatty(), json_out)
     piped = mode == "batch" and not questions  # questions come from stdin, one per line
     if piped and realtime:
@@ -80,10 +84,10 @@ def watch(
         questions = [TimedQuestion(line.strip()) for line in sys.stdin if line.strip()]  # at the end of the file
     engine = build_engine(settings, quiet=json_out)
     try:
-        stream = open_stream(engine, settings, live=frames.is_live)
+        stream = open_stream(engine, settings, live=frames.is_live, notifier=notify_options.notifier())
         frames = snapshots.attach(stream, frames, source_id(source))
         run_mode(mode, stream, frames, questions, json_out=json_out, pace=realtime, progress=not no_progress,
-                 source=source, save_to=snapshots.save_to)
+                 source=source, save_to=snapshots.save_to, notify_command=notify_options.command())
         snapshots.finish()
     finally:
         engine.stop()
@@ -98,14 +102,22 @@ def watch_mode(has_questions: bool, stdin_tty: bool, stdout_tty: bool, json_out:
 
 
 def run_mode(mode: str, stream, frames, questions, *, json_out: bool, pace: bool, progress: bool = True,
-             source: str | None = None, save_to=None) -> None:
-    """Drive ``stream`` (an engine stream's client) in ``mode``; ``pace``: a file at real time."""
+             source: str | None = None, save_to=None, notify_command=None) -> None:
+    """Drive ``stream`` (an engine stream's client) in ``mode``; ``pace``: a file at real time;
+    ``notify_command``: --on-notify's, run for each notification."""
     if mode == "batch":
-        run_batch(stream, frames, questions, json_out, progress=progress, source=source, pace=pace)
+        from ..app.notifications import NotificationWatcher
+        from .notify import show_notification
+
+        watcher = NotificationWatcher(stream, show_notification(json_out), notify_command).start()
+        try:
+            run_batch(stream, frames, questions, json_out, progress=progress, source=source, pace=pace)
+        finally:
+            watcher.stop()
     elif mode == "prompt":
         from ..app.live import run_interactive
 
-        run_interactive(stream, frames, pace=pace, save_to=save_to)
+        run_interactive(stream, frames, pace=pace, save_to=save_to, notify_command=notify_command)
     else:
         from ..app.live import run_lines
 
@@ -118,7 +130,7 @@ def run_mode(mode: str, stream, frames, questions, *, json_out: bool, pace: bool
         if not json_out and not quiet():
             err.print(f"hermes · {stream.model} · policy {stream.policy.name} — one question per line, "
                       "/help for commands, Ctrl-D to leave", soft_wrap=True)
-        run_lines(stream, frames, prompt=prompt, emit=emit, pace=pace, save_to=save_to)
+        run_lines(stream, frames, prompt=prompt, emit=emit, pace=pace, save_to=save_to, notify_command=notify_command)
 
 
 def check_against_source(frames, questions) -> None:
@@ -144,6 +156,7 @@ def chat(
     answer_options: AnswerOptions = AnswerOptions(),
     reconnect: ReconnectOpt = None,
     snapshot_options: SnapshotOptions = SnapshotOptions(),
+    notify_options: NotifyOptions = NotifyOptions(),
     output: OutputOptions = OutputOptions(),
 ) -> None:
     """Talk about a live camera or stream while it runs: an interactive prompt with live readouts.
@@ -182,14 +195,17 @@ def chat(
     snapshots = MemoryRun.from_options(snapshot_options, quiet=json_out)
     settings = snapshots.settings(settings, given_options(ctx))
     settings.check()
+    notify_options.check()
     spec = (source or default_camera()) if webcam else source
     frames = None if spec is None else open_frames(spec, settings.memory.fps, reconnect, webcam=webcam)
     engine = build_engine(settings, quiet=json_out)
     try:
-        stream = open_stream(engine, settings, live=frames is not None and frames.is_live)
+        stream = open_stream(engine, settings, live=frames is not None and frames.is_live,
+                             notifier=notify_options.notifier())
         frames = snapshots.attach(stream, frames, None if spec is None else source_id(spec, webcam))
         mode = "prompt" if sys.stdin.isatty() and sys.stdout.isatty() and not json_out else "lines"
-        run_mode(mode, stream, frames, [], json_out=json_out, pace=False, save_to=snapshots.save_to)
+        run_mode(mode, stream, frames, [], json_out=json_out, pace=False, save_to=snapshots.save_to,
+                 notify_command=notify_options.command())
         snapshots.finish()
     finally:
         engine.stop()
@@ -250,8 +266,7 @@ def run_batch(stream, frames, questions, json_out: bool, *, progress: bool = Tru
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..app.streaming import run_stream
-    from ..engine.client import StreamFailed
-    from ..engine.positions import PositionLimitError
+    from ..engine.client import PositionLimitError, StreamFailed
     from ..sources import SourceError
 
     show_progress = progress and not json_out and err.is_terminal and not quiet()

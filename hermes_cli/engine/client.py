@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from .core import END, AnswerJob, Engine, EngineStopped, Event, StreamCounts, StreamFailed
+from .positions import PositionLimitError
 from .readouts import MemoryMap
 from .records import Answer, ChunkReport, SessionStats
 
@@ -24,7 +25,8 @@ if TYPE_CHECKING:
     from .config import SessionConfig
     from .snapshot import SaveReport, Snapshot
 
-__all__ = ["AnswerHandle", "EngineStopped", "StreamAPI", "StreamClient", "StreamFailed", "open_stream"]
+__all__ = ["AnswerHandle", "EngineStopped", "PositionLimitError", "StreamAPI", "StreamClient", "StreamFailed",
+           "open_stream"]
 
 
 class AnswerHandle:
@@ -236,7 +238,7 @@ class StreamClient:
 
 
 def open_stream(engine: Engine, policy: Policy, config: SessionConfig, *, live: bool = False,
-                queue_frames: int | None = None, name: str | None = None) -> StreamClient:
-    """Open a stream on ``engine`` and return its client."""
-    sid = engine.open_stream(policy, config, live=live, queue_frames=queue_frames, name=name)
+                queue_frames: int | None = None, name: str | None = None, notifier=None) -> StreamClient:
+    """Open a stream on ``engine`` and return its client (see ``Engine.open_stream``)."""
+    sid = engine.open_stream(policy, config, live=live, queue_frames=queue_frames, name=name, notifier=notifier)
     return StreamClient(engine, sid)

@@ -23,6 +23,7 @@ every waiting request gets ``EngineStopped``.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import queue
 import threading
@@ -39,6 +40,7 @@ from policies import Policy
 from ..models.base import ModelAdapter
 from .config import SessionConfig
 from .decoding import BatchDecoder
+from .notify import Notifier
 from .readouts import MemoryMap, memory_map
 from .records import Answer, ChunkReport, SessionStats
 from .session import OpenAnswer, Session
@@ -77,7 +79,7 @@ class StreamCounts:
 @dataclass(frozen=True)
 class Event:
     """Something that happened on a stream: ``chunk``, ``compress``, ``reindex``, ``warning``,
-    ``gap``, ``ended``, ``failed`` (``data`` is JSON-ready)."""
+    ``gap``, ``ended``, ``failed``, ``closed``, ``notification`` (``data`` is JSON-ready)."""
 
     kind: str
     stream: str
@@ -155,6 +157,7 @@ class _Stream:
         self.answers = self.cancelled = 0
         self.subscribers: list[queue.SimpleQueue] = []
         self.autosaver: Any = None
+        self.notifier: Notifier | None = None
         self.warned = 0
         self.stats: SessionStats = session.stats()
         self.warnings: tuple[str, ...] = ()
@@ -237,13 +240,14 @@ class Engine:
 
     # -- requests -----------------------------------------------------------------------------------
     def open_stream(self, policy: Policy, config: SessionConfig, *, live: bool = False,
-                    queue_frames: int | None = None, name: str | None = None) -> str:
+                    queue_frames: int | None = None, name: str | None = None, notifier: Notifier | None = None) -> str:
         """A new stream (its system prompt prefilled); returns its id. ``live``: a full queue drops
         its oldest frame instead of making ``submit`` wait. ``queue_frames``: the queue's bound
-        (default two chunks: one read ahead while one is prefilled)."""
+        (default two chunks: one read ahead while one is prefilled). ``notifier``: conditions
+        probed after each chunk (``--notify``); each that fires is a ``notification`` event."""
         sid = name or f"s{next(self._ids)}"
         bound = queue_frames or 2 * config.chunk_frames
-        return self._control("open", sid, (policy, config, live, bound))
+        return self._control("open", sid, (policy, config, live, bound, notifier))
 
     def submit(self, sid: str, image: np.ndarray, timestamp: float, *, block: bool = True) -> bool:
         """Queue one frame. A live stream never waits: when its queue is full the oldest frame
@@ -496,10 +500,11 @@ class Engine:
         kind = request.kind
         try:
             if kind == "open":
-                policy, config, live, bound = request.payload
+                policy, config, live, bound, notifier = request.payload
                 if request.stream in self._streams and not self._streams[request.stream].closed:
                     raise ValueError(f"a stream named {request.stream!r} is already open")
                 st = _Stream(request.stream or "", Session(self.adapter, policy, config), live=live, queue_frames=bound)
+                st.notifier = notifier
                 self._publish(st)
                 with self._cv:
                     self._streams[st.id] = st
@@ -552,6 +557,8 @@ class Engine:
             barrier.request.finish(st.chunks[barrier.first_chunk:] if not barrier.flush else report)
 
     def _after_chunks(self, st: _Stream, reports: list[ChunkReport]) -> None:
+        if reports and st.notifier is not None:
+            reports[-1] = self._notify(st, reports[-1])
         for report in reports:
             st.chunks.append(report)
             self._emit(st, "chunk", {"frames": report.frames, "tokens": report.tokens,
@@ -566,6 +573,22 @@ class Engine:
         if reports and st.autosaver is not None:
             st.autosaver.tick()
         self._publish(st)
+
+    def _notify(self, st: _Stream, report: ChunkReport) -> ChunkReport:
+        """The ``--notify`` probes after a chunk: a ``notification`` event for each condition that
+        fires. A probe that fails is one warning, and the stream goes on without notifications."""
+        from .probe import notify_step
+
+        assert st.notifier is not None
+        try:
+            step = notify_step(st.session, st.notifier, since=time.perf_counter())
+        except Exception as exc:
+            st.notifier = None
+            st.session.warnings.append(f"--notify stopped: {type(exc).__name__}: {exc}")
+            return report
+        for event in step.events:
+            self._emit(st, "notification", event.to_json())
+        return dataclasses.replace(report, notify_ms=step.probe_ms)
 
     def _start_answer(self, st: _Stream, job: AnswerJob) -> None:
         if job.cancel.is_set():

@@ -55,6 +55,7 @@ class ChunkReport:
     encode_ms: float = 0.0  # vision encoding (part of prefill_ms)
     pseudo_query_ms: float = 0.0  # a separate pseudo-query pass (part of compress_ms; 0 when folded)
     folded: bool = False  # the pseudo-queries rode in this chunk's prefill (their cost is in prefill_ms)
+    notify_ms: float = 0.0  # the --notify probes after this chunk (not part of prefill_ms)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,17 @@ Seen in the wild (all accepted):
   file's name stands in (MVBench ships one file per task);
 - ``video_id`` as a string or a number; when missing, the video file's stem.
 
+Two more shapes are converted to this one on reading (``_canonical``):
+
+- OVO-Bench forward active responding (REC, SSR, CRR: an item with ``test_info``): each probe
+  ``{"realtime": T, "count": N}`` / ``{"realtime": T, "step": …, "type": 0|1}`` becomes a question
+  at ``end_time`` T with the benchmark's prompt (``forward.ovo_prompt``), the answer the count or
+  Yes/No, and ``scoring`` ``ovo_rec`` / ``ovo_yes_no`` (``forward.score``); ``id`` is the video id.
+- StreamingBench's own shape (``{"video_path", "questions": [{"task_type", "time_stamp", …}]}``,
+  no ids: the file's stem): ``questions`` are the conversations; a Proactive Output question
+  (``ground_truth_time_stamp``, ``ground_truth_output``) is asked at ``time_stamp``, answered by
+  ``ground_truth_output``, with ``scoring`` ``sb_proactive`` and ``extras["ground_truth_time_s"]``.
+
 Loading never stops at a bad entry: what does not fit is skipped or repaired and listed in
 ``AnnotationSet.problems``; ``problems_summary`` groups them for one short report.
 A file that is not JSON, or not a list of videos, raises ``AnnotationError``.
@@ -35,6 +46,7 @@ from pathlib import Path, PurePath
 
 from ..app.streaming import parse_time
 from .answers import LETTERS, normalize, strip_marker
+from .forward import FORWARD_TASKS, OVO_REC, OVO_YES_NO, SB_PROACTIVE, SCORINGS, ovo_prompt, yes_no
 
 CHOICE_KEYS = ("choices", "options", "candidates")
 TASK_KEYS = ("task", "question_type", "task_type")
@@ -42,7 +54,7 @@ KNOWN_VIDEO_KEYS = {
     "video_id", "video_path", "video", "conversations", "duration", "duration_category",
     "clip_start_time", "clip_end_time", "fps", *TASK_KEYS,
 }
-KNOWN_QUESTION_KEYS = {"question", "answer", "end_time", "start_time", "time_stamp", *CHOICE_KEYS, *TASK_KEYS}
+KNOWN_QUESTION_KEYS = {"question", "answer", "end_time", "start_time", "time_stamp", "scoring", *CHOICE_KEYS, *TASK_KEYS}
 _EMBEDDED = re.compile(r"^\s*(?:\(([A-Z])\)|([A-Z])[\.\):])\s*(.+?)\s*$")
 
 
@@ -70,6 +82,7 @@ class Question:
     start_s: float | None = None
     task: str = ""
     extras: dict = field(default_factory=dict)
+    scoring: str = ""  # "": multiple choice / open-ended; else one of SCORINGS
 
     @property
     def multiple_choice(self) -> bool:
@@ -130,8 +143,8 @@ def load_annotations(path: str | Path) -> AnnotationSet:
         raise AnnotationError(f"cannot read {path}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise AnnotationError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
-    entries = _entries(data, path)
     problems: list[Problem] = []
+    entries = [_canonical(i, e, problems) for i, e in enumerate(_entries(data, path))]
     videos: list[Video] = []
     ids = Counter(str(e.get("video_id")) for e in entries if isinstance(e, dict) and e.get("video_id") is not None)
     for i, entry in enumerate(entries):
@@ -198,6 +211,79 @@ def _video(i: int, entry, set_name: str, problems: list[Problem], ids: Counter) 
     return video if video.questions else None
 
 
+def _canonical(i: int, entry, problems: list[Problem]):
+    """An OVO-Bench forward item or a StreamingBench-shaped entry in the HERMES shape (see the
+    module docstring); any other entry as it is."""
+    if not isinstance(entry, dict) or "conversations" in entry:
+        return entry
+    if isinstance(entry.get("test_info"), list):
+        return _ovo_forward(i, entry, problems)
+    if isinstance(entry.get("questions"), list):
+        return _streamingbench(i, entry, problems)
+    return entry
+
+
+def _ovo_forward(i: int, entry: dict, problems: list[Problem]) -> dict:
+    """One OVO-Bench forward item: one question per ``test_info`` probe."""
+    task = str(entry.get("task", "")).strip().upper()
+    where = f"video {i} (id {entry.get('id')!r})"
+    rest = {k: v for k, v in entry.items() if k not in ("id", "video", "task", "test_info", "question", "answer")}
+    out = {"video_id": entry.get("id"), "video_path": entry.get("video", entry.get("video_path")), "task": task, **rest}
+    if task not in FORWARD_TASKS:
+        problems.append(Problem(where, "test_info for a task that is not REC, SSR or CRR: skipped", task[:20]))
+        return {**out, "conversations": []}
+    subject = {"REC": entry.get("activity"), "CRR": entry.get("question")}.get(task)
+    conversations: list = []
+    for k, info in enumerate(entry["test_info"]):
+        if not isinstance(info, dict):
+            conversations.append(info)  # reported as not an object
+            continue
+        here = f"{where}, probe {k}"
+        about = info.get("step") if task == "SSR" else subject
+        if not isinstance(about, str) or not about.strip():
+            field_name = {"REC": "activity", "SSR": "step", "CRR": "question"}[task]
+            problems.append(Problem(here, f"no {field_name} for the {task} prompt: skipped"))
+            continue
+        if info.get("realtime") is None:
+            problems.append(Problem(here, "probe without realtime: asked at the end of the video"))
+        if task == "REC":
+            count = info.get("count")
+            answer = str(count) if isinstance(count, int) and not isinstance(count, bool) else None
+            scoring, extra = OVO_REC, {"count": count}
+        else:
+            kind = info.get("type")
+            answer = yes_no(kind) if kind in (0, 1) and not isinstance(kind, bool) else None
+            scoring, extra = OVO_YES_NO, {"type": kind}
+        conversations.append({"question": ovo_prompt(task, about.strip()), "answer": answer,
+                              "end_time": info.get("realtime"), "task": task, "scoring": scoring,
+                              "probe": about.strip(), **extra})
+    if isinstance(entry.get("answer"), str):  # CRR's reference answer: kept, not what is scored
+        out["reference_answer"] = entry["answer"]
+    return {**out, "conversations": conversations}
+
+
+def _streamingbench(i: int, entry: dict, problems: list[Problem]) -> dict:
+    """A StreamingBench-shaped entry: its ``questions`` are the conversations (Proactive Output converted)."""
+    raw_path = entry.get("video_path")
+    rest = {k: v for k, v in entry.items() if k != "questions"}
+    if entry.get("video_id") is None and isinstance(raw_path, str) and raw_path.strip():
+        rest["video_id"] = PurePath(raw_path.replace("\\", "/")).stem  # the set has no ids: the file names it
+    conversations = []
+    for k, q in enumerate(entry["questions"]):
+        if isinstance(q, dict) and ("ground_truth_time_stamp" in q or "ground_truth_output" in q):
+            where = f"video {i}, question {k}"
+            q = dict(q)
+            truth = _time(q, "ground_truth_time_stamp", where, problems)
+            output = q.pop("ground_truth_output", None)
+            q.pop("ground_truth_time_stamp", None)
+            if truth is None:
+                problems.append(Problem(where, "proactive question without ground_truth_time_stamp: not scored"))
+            q.update(answer=str(output) if output is not None else None, scoring=SB_PROACTIVE,
+                     ground_truth_time_s=truth)
+        conversations.append(q)
+    return {**rest, "conversations": conversations}
+
+
 def _task(obj) -> str | None:
     for key in TASK_KEYS:
         value = obj.get(key) if isinstance(obj, dict) else None
@@ -244,6 +330,11 @@ def _question(video: Video, k: int, conv, where: str, problems: list[Problem], u
         problems.append(Problem(where, "start_time after end_time: start_time ignored"))
         q.start_s = None
     q.extras = {key: v for key, v in conv.items() if key not in KNOWN_QUESTION_KEYS}
+    scoring = conv.get("scoring") or ""
+    if scoring and scoring not in SCORINGS:
+        problems.append(Problem(where, "unknown scoring: scored as an ordinary question", str(scoring)[:30]))
+        scoring = ""
+    q.scoring = scoring
     return q
 
 

@@ -31,6 +31,16 @@ from .. import defaults
 from ..frames import Frame, FrameSource, SourceStats
 from .annotations import AnnotationSet, Question, Video
 from .answers import LENIENT_THRESHOLD, format_question, lenient_match, parse_letter
+from .forward import (
+    OVO_REC,
+    OVO_YES_NO,
+    PROACTIVE_HOOK,
+    SB_PROACTIVE,
+    summarize_forward,
+    summarize_proactive,
+    yes_baseline,
+)
+from .forward import score as score_probe
 
 PROTOCOLS = ("streaming", "offline")
 MC_MAX_NEW_TOKENS = 16
@@ -267,6 +277,7 @@ class RunReport:
     failed_videos: list[dict] = field(default_factory=list)
     failed_questions: int = 0
     warnings: list[str] = field(default_factory=list)
+    proactive_not_run: int = 0  # StreamingBench proactive questions: they need the engine's --notify (PROACTIVE_HOOK)
 
 
 @dataclass
@@ -346,6 +357,11 @@ def run_eval(
     done = {r["qid"] for r in previous}
     all_records = list(previous)
     report = RunReport(skipped_done=len(done))
+    proactive = [q for q in questions if q.scoring == SB_PROACTIVE and q.qid not in done]
+    if proactive:  # asked at one moment they would not be the benchmark's task: the engine fires them
+        report.proactive_not_run = len(proactive)
+        report.warnings.append(f"{len(proactive)} proactive questions not run: {PROACTIVE_HOOK}")
+        questions = [q for q in questions if q.scoring != SB_PROACTIVE]
     progress = on_progress or (lambda n, info: None)
     videos = {v.index: v for v in aset.videos}
     with ResultsFile(output) as sink:
@@ -433,7 +449,12 @@ def run_job(job: Job, pending: list[Question], videos: dict[int, Video], setting
             nonlocal asked
             q = order[asked]
             asked += 1
-            keep(make_record(q, videos[q.video_index], path, result, settings, source_duration))
+            record = make_record(q, videos[q.video_index], path, result, settings, source_duration)
+            if q.scoring == OVO_YES_NO:  # the --notify probe's p(yes) of the same question, to tune it
+                from ..engine.probe import yes_probability
+
+                record["p_yes"] = round(yes_probability(session, q.question, verbatim=True), 6)
+            keep(record)
             progress(1, f"{names} @ {result.answer.stream_time_s:.0f}s")
 
         with frames:
@@ -479,7 +500,10 @@ def make_record(q: Question, video: Video, path: Path, result, settings: EvalSet
     }
     if q.extras:
         record["extras"] = q.extras
-    if q.multiple_choice:
+    if q.scoring in (OVO_REC, OVO_YES_NO):  # a forward probe, scored as its benchmark does
+        record.update(kind="forward", scoring=q.scoring, correct=score_probe(q.scoring, prediction, q.answer or ""),
+                      yes_baseline=yes_baseline(q.scoring, q.answer or ""))
+    elif q.multiple_choice:
         record["parsed_letter"] = parse_letter(prediction, q.choices or [])
         if q.answer_letter is not None:
             record["correct"] = record["parsed_letter"] == q.answer_letter
@@ -570,6 +594,10 @@ def summarize(records: list[dict], *, selected: int | None = None) -> dict:
                 "model": judged[0]["judge"].get("model"),
             }
         summary["open_ended"] = block
+    for name, extra in (("forward", summarize_forward(records)), ("proactive", summarize_proactive(records))):
+        if extra is not None:
+            summary[name] = extra
+            summary["questions"][name] = extra["n"]
     ttft = [r["ttft_ms"] for r in records if r.get("ttft_ms") is not None]
     tpot = [r["tpot_ms"] for r in records if r.get("tpot_ms") is not None]
     summary["timing"] = {
