@@ -392,3 +392,25 @@ def test_a_plain_reply_whose_client_gives_up_is_cancelled_too(http, server):
         assert time.monotonic() < deadline, "the answer was not cancelled"
         time.sleep(0.02)
     assert len(client.last_answer.tokens) < 1000 and client.counts().answers == 0
+
+
+def test_the_interactive_prompt_runs_on_a_servers_stream(http, server):
+    from hermes_cli.app.live import toolbar_text
+    from hermes_cli.serve.client import RemoteStream, ServerFrames
+    from tests.test_live import drive
+
+    sid = open_stream(http, source="short.mp4")
+    wait_state(http, sid)
+    stream = RemoteStream(server.url, sid, max_new_tokens=4)
+    try:
+        assistant, text = drive(stream, ServerFrames(stream, poll_s=0.05),
+                                ["What is it?", "And then?", "/stats", "/memory", "/policy", "/pause", "/clear"])
+        assert [q for q, _ in stream.history()] == []  # /clear came last
+        assert stream.last_answer is not None and len(stream.last_answer.tokens) == 4
+        assert "8 frames" in text and "shallow" in text and "hermes (budget 24)" in text
+        assert http.get(f"/v1/streams/{sid}").json()["paused"] is True
+        bar = toolbar_text(assistant.ingestor)
+        for readout in ("8 frames", "cache 24/24 tok", "chunk", "TTFT", "RSS"):
+            assert readout in bar
+    finally:
+        stream.close()

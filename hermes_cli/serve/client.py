@@ -13,6 +13,7 @@ chat completions are stateless), so ``/clear`` forgets it.
 from __future__ import annotations
 
 import json
+import queue
 import threading
 import time
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from pathlib import Path
 import httpx2 as httpx
 
 from ..engine.config import SessionConfig
-from ..engine.core import StreamCounts
+from ..engine.core import Event, StreamCounts
 from ..engine.readouts import MemoryMap
 from ..engine.records import Answer, CacheStats, ChunkReport, MemoryStats, PositionStats, SessionStats
 from ..frames import SourceStats
@@ -143,6 +144,7 @@ class RemoteStream:
         self.max_new_tokens = max_new_tokens  # None: the stream's own setting
         self._history: list[tuple[str, str]] = []
         self._lock = threading.Lock()
+        self._followers: dict[int, threading.Event] = {}
         self.last_answer: Answer | None = None
         view = self.view()  # the stream exists, the key is right: or one line now
         from policies import make_policy
@@ -228,6 +230,46 @@ class RemoteStream:
 
     def memory_map(self) -> MemoryMap:
         return memory_map_from_json(self.view(memory_map=True)["memory_map"])
+
+    def subscribe(self) -> queue.SimpleQueue:
+        """A queue of the stream's ``Event``s from now on, read from its SSE route by a thread."""
+        q: queue.SimpleQueue = queue.SimpleQueue()
+        stop = threading.Event()
+        ready = threading.Event()
+
+        def follow() -> None:
+            try:
+                with self.http.stream("GET", f"/v1/streams/{self.id}/events", timeout=None) as response:
+                    ready.set()
+                    kind = None
+                    for line in response.iter_lines():
+                        if stop.is_set():
+                            return
+                        if line.startswith("event:"):
+                            kind = line[6:].strip()
+                        elif line.startswith("data:") and kind is not None:
+                            data = json.loads(line[5:])
+                            stream, wall_s = data.pop("stream", self.id), data.pop("wall_s", time.time())
+                            data.pop("event", None)
+                            q.put(Event(kind, stream, data, wall_s))
+                            kind = None
+            except httpx.HTTPError:
+                pass
+            finally:
+                ready.set()
+
+        thread = threading.Thread(target=follow, name=f"hermes-events-{self.id}", daemon=True)
+        with self._lock:
+            self._followers[id(q)] = stop
+        thread.start()
+        ready.wait(10)
+        return q
+
+    def unsubscribe(self, q: queue.SimpleQueue) -> None:
+        with self._lock:
+            stop = self._followers.pop(id(q), None)
+        if stop is not None:
+            stop.set()  # the thread leaves at the next line (a keep-alive at the latest)
 
     # -- control --------------------------------------------------------------------------------
     def pause(self) -> None:
