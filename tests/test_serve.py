@@ -414,3 +414,19 @@ def test_the_interactive_prompt_runs_on_a_servers_stream(http, server):
             assert readout in bar
     finally:
         stream.close()
+
+
+def test_notify_conditions_become_notification_events(http, server):
+    sid = open_stream(http, source="cam0.mp4", realtime=True, notify={"conditions": ["a person enters"],
+                                                                       "threshold": 0})
+    events = []
+    with httpx.stream("GET", f"{server.url}/v1/streams/{sid}/events", timeout=60) as response:
+        for kind, data in sse_events(response):
+            events.append((kind, data))
+            if kind in ("ended", "failed"):
+                break
+    notes = [d for k, d in events if k == "notification"]
+    assert len(notes) == 1 and notes[0]["notification"] == "a person enters"  # threshold 0: the first probe fires
+    for bad in (["x"] * 9, [""], {"conditions": ["x"], "threshold": 2}, {"conditions": ["x"], "loud": 1}, "x"):
+        reply = http.post("/v1/streams", json={"source": "short.mp4", "notify": bad})
+        assert reply.status_code == 422 and "notify" in reply.json()["error"]["message"], bad

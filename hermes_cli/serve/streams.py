@@ -30,7 +30,8 @@ __all__ = ["STREAM_FIELDS", "Hub", "StreamEntry"]
 
 log = logging.getLogger("hermes.serve")
 
-STREAM_FIELDS = ("source", "policy", "budget", "fps", "chunk", "realtime", "policy_opt", "autosave", "memory")
+STREAM_FIELDS = ("source", "policy", "budget", "fps", "chunk", "realtime", "policy_opt", "autosave", "memory", "notify")
+MAX_NOTIFY = 8  # conditions one stream may probe after each chunk (each probe is a forward)
 SNAPSHOT_SUFFIX = ".safetensors"
 _FLAG = re.compile(r"--(policy-opt|policy|budget|chunk|fps)\b")
 
@@ -142,10 +143,11 @@ class Hub:
         realtime, autosave = _flag(body, "realtime"), _flag(body, "autosave")
         if autosave and self.settings.memory_root is None:
             raise Refused(422, "autosave needs a folder for snapshots: start the server with --memory-root DIR")
+        notifier = self._notifier(body.get("notify"))
         target, is_url = check_source(source, self.settings.media_root) if source is not None else (None, False)
         sid = self._reserve(name)
         try:
-            return self._open(sid, settings, source, target, is_url, realtime, autosave, run, oneoff)
+            return self._open(sid, settings, source, target, is_url, realtime, autosave, run, oneoff, notifier)
         finally:
             with self._lock:
                 self._reserved -= 1
@@ -178,6 +180,32 @@ class Hub:
             changes["policy_opts"] = tuple(f"{k}={_option_text(v)}" for k, v in opts.items())
         given = {k for k in ("policy", "budget", "fps", "chunk") if k in body}
         return SessionSettings(base.model, dataclasses.replace(base.memory, **changes), base.answers), given
+
+    @staticmethod
+    def _notifier(spec: object):
+        """``"notify": ["a person enters", …]`` (or ``{"conditions": [...], "threshold": 0.5, …}``
+        with the firing rule's knobs): conditions probed after each chunk; each that fires is a
+        ``notification`` event."""
+        if spec is None:
+            return None
+        from ..engine.notify import Notifier, NotifySettings
+
+        knobs = {f.name for f in dataclasses.fields(NotifySettings)}
+        conditions, options = (spec.get("conditions"), {k: v for k, v in spec.items() if k != "conditions"}) \
+            if isinstance(spec, dict) else (spec, {})
+        if (not isinstance(conditions, list) or not conditions or len(conditions) > MAX_NOTIFY
+                or not all(isinstance(c, str) and c.strip() and len(c) <= 200 for c in conditions)):
+            raise Refused(422, f'notify must be a list of 1 to {MAX_NOTIFY} condition texts (up to 200 characters '
+                          'each), e.g. ["a person enters"], or {"conditions": [...], "threshold": 0.5}')
+        unknown = sorted(set(options) - knobs)
+        if unknown or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in options.values()):
+            raise Refused(422, f"notify takes conditions and the numbers {', '.join(sorted(knobs))}; "
+                          f"got {', '.join(unknown) or 'a value that is not a number'}")
+        try:
+            return Notifier(conditions, NotifySettings(**options))
+        except (ValueError, TypeError) as exc:
+            raise Refused(422, re.sub(r"--notify-(\w[\w-]*)", lambda m: f"notify.{m.group(1).replace('-', '_')}",
+                                      str(exc))) from None
 
     def _memory_path(self, name: object, *, must_exist: bool) -> Path:
         root = self.settings.memory_root
@@ -214,7 +242,7 @@ class Hub:
             self._reserved += 1
             return sid
 
-    def _open(self, sid, settings, source, target, is_url, realtime, autosave, run, oneoff) -> StreamEntry:
+    def _open(self, sid, settings, source, target, is_url, realtime, autosave, run, oneoff, notifier) -> StreamEntry:
         from ..cli.memory import ContinuedFrames
         from ..cli.urls import explain_source_error
         from ..engine.snapshot import SnapshotError
@@ -232,7 +260,8 @@ class Hub:
             raise Refused(422, "a video_url must be a video with an end: open a live source with POST /v1/streams "
                           "and ask with model hermes:stream/ID")
         try:
-            client = open_stream(self.engine, settings.memory.make_policy(), settings.config(), live=live, name=sid)
+            client = open_stream(self.engine, settings.memory.make_policy(), settings.config(), live=live, name=sid,
+                                 notifier=notifier)
         except BaseException as exc:
             if frames is not None:
                 frames.close()
