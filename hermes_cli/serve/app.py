@@ -12,6 +12,7 @@ restored); blocking engine calls run on the hub's thread pool, never on the even
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import queue
@@ -179,7 +180,7 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
             ("hermes_process_resident_memory_bytes", "gauge", "Resident set size of the server process.",
              [({}, float(rss_bytes() or 0))]),
             ("hermes_requests_refused_total", "counter", "Requests answered with an error, by status.",
-             [({"code": str(k)}, float(v)) for k, v in sorted(metrics.requests_refused.items())]),
+             [({"code": str(k)}, float(v)) for k, v in sorted(dict(metrics.requests_refused).items())]),
         ]
         return render(families, [
             ("hermes_chunk_prefill_seconds", "Prefill (and compression) time of one chunk.", metrics.chunk_prefill_s),
@@ -196,8 +197,15 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
 
     @api.get("/v1/streams")
     async def list_streams():
-        views = await run(lambda: [hub.view(e) for e in hub.entries() if not e.oneoff])
-        return {"object": "list", "data": views}
+        def views() -> list[dict]:
+            found = []
+            for entry in hub.entries():
+                if not entry.oneoff:
+                    with contextlib.suppress(Refused):  # closed meanwhile
+                        found.append(hub.view(entry))
+            return found
+
+        return {"object": "list", "data": await run(views)}
 
     @api.get("/v1/streams/{sid}")
     async def get_stream(sid: str, memory_map: bool = False):

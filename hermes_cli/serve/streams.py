@@ -93,7 +93,13 @@ class Hub:
             return list(self._entries.values())
 
     def view(self, entry: StreamEntry, *, memory_map: bool = False) -> dict:
-        """The JSON of ``GET /v1/streams/{id}``."""
+        """The JSON of ``GET /v1/streams/{id}`` (``Refused`` 404 once the stream is closed)."""
+        try:
+            return self._view(entry, memory_map)
+        except (KeyError, StreamFailed) as exc:
+            raise Refused(404, f"stream {entry.id} is closed ({exc})", "not_found_error") from None
+
+    def _view(self, entry: StreamEntry, memory_map: bool) -> dict:
         c = entry.client
         self.drain_events(entry)
         stats = c.stats().to_json()
