@@ -92,3 +92,17 @@ def test_sigterm_saves_every_stream_and_restore_resumes_them_with_the_same_answe
     finally:
         code, log = second.terminate()
     assert code == 0, log
+
+
+@pytest.mark.slow
+def test_the_load_script_runs_clean_at_a_small_size():
+    """scripts/serve_load.py (docs/benchmarks.md) keeps working: every answer arrives, none lost."""
+    import json
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "scripts/serve_load.py", "--clients", "4", "--questions", "2",
+                           "--video-seconds", "8", "--json"], cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (result["asked"], result["answered"], result["errors"], result["lost"]) == (8, 8, 0, 0)
+    assert result["ttft_ms"]["p50"] > 0 and result["server_rss_mib"]["max"] > 0
