@@ -1,36 +1,33 @@
-"""Every default setting in one place (no heavy imports: the CLI reads these for --help).
+"""Default settings by their old names, derived from the schema in ``settings.py`` (no heavy imports).
 
-The engine's ``SessionConfig``, the command-line options, ``hermes eval`` and ``hermes bench``
-all take their defaults from here, so a default changes in one line.
+The schema owns every default; this module only names them for the engine's ``SessionConfig``
+and the code that predates the schema. Defaults of ``hermes bench`` alone are written here.
 """
 
 from __future__ import annotations
 
-POLICY = "hermes"
-BUDGET = 6000  # stream tokens kept per decoder layer
-CHUNK_FRAMES = 16
-FPS = 1.0
-MAX_NEW_TOKENS = 128
-REPETITION_PENALTY = 1.1
-SYSTEM_PROMPT = "You are a helpful assistant."
-HISTORY_TOKENS = 512  # earlier turns carried in a question's prompt, newest first (0: none)
-HISTORY_KV = True  # carry them as kept keys and values, not re-encoded text
+from .settings import DTYPES, PSEUDO_QUERY_MODES, REINDEX_MODES, REINDEX_SPACINGS, SYSTEM_PROMPT, default
 
-REINDEX_MODES = ("lazy", "eager", "off")
-REINDEX = "lazy"
-PSEUDO_QUERY_MODES = ("forward", "approx")
-PSEUDO_QUERY = "approx"  # the paper's method; "forward" (a real forward) is ours
-REINDEX_SPACINGS = ("rank", "interval")
-REINDEX_SPACING = "rank"  # paper Eq. 11; "interval" keeps M-RoPE's temporal spacing (ours)
-DTYPES = ("auto", "fp32", "float32", "bf16", "bfloat16", "fp16", "float16")
+__all__ = ["DTYPES", "PSEUDO_QUERY_MODES", "REINDEX_MODES", "REINDEX_SPACINGS", "SYSTEM_PROMPT"]
+
+POLICY = default("policy")
+BUDGET = default("budget")  # stream tokens kept per decoder layer
+CHUNK_FRAMES = default("chunk")
+FPS = default("fps")
+MAX_NEW_TOKENS = default("max_new_tokens")
+REPETITION_PENALTY = default("repetition_penalty")
+HISTORY_TOKENS = default("history_tokens")  # earlier turns carried in a question's prompt, newest first (0: none)
+HISTORY_KV = default("history_kv")  # carry them as kept keys and values, not re-encoded text
+REINDEX = default("reindex")
+PSEUDO_QUERY = default("pseudo_query")  # the paper's method; "forward" (a real forward) is ours
+REINDEX_SPACING = default("reindex_spacing")  # paper Eq. 11; "interval" keeps M-RoPE's temporal spacing (ours)
 
 # hermes eval: the papers' settings
-EVAL_BUDGET = 4000
+EVAL_BUDGET = default("budget", "eval")
 
 # hermes bench
 BENCH_POLICIES = "hermes,infinipot,fifo,full"
 BENCH_FRAMES = "512"
-BENCH_MODEL = "tiny"
 BENCH_QUESTION = "What is happening in the video?"
 
 # --notify: proactive alerts (engine/notify.py, docs/notify.md)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from hermes_cli.cli.main import app
+from hermes_cli.settings import reference
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
 COMMANDS = ["watch", "chat", "bench", "eval", "serve", "models", "policies"]
@@ -19,6 +20,13 @@ HEADER = """# Command-line reference
 
 Generated from `hermes COMMAND --help` (regenerate with `UPDATE_DOCS=1 pytest tests/test_docs.py`).
 """
+
+
+SETTINGS_INTRO = """Every setting as `hermes_cli/settings.py` declares it. The config-file key is also
+written with `_`; top-level keys apply to `watch`, `chat` and `eval`, a `[COMMAND]` table to that
+command. Snapshot roles: `memory` shapes the memory (taken from a `--memory` snapshot unless given;
+a different value is refused without `--accept-policy`), `inherited` is taken from the snapshot
+unless given, `command` belongs to the command that runs."""
 
 
 def render() -> str:
@@ -29,6 +37,7 @@ def render() -> str:
         assert result.exit_code == 0, result.output
         title = " ".join(["hermes", *args])
         parts.append(f"## `{title}`\n\n```text\n{result.stdout.rstrip()}\n```\n")
+    parts.append(f"## Settings\n\n{SETTINGS_INTRO}\n\n{reference()}\n")
     return "\n".join(parts)
 
 

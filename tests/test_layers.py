@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # lowest first; a module may import its own layer's modules (without cycles) and lower layers
 LAYERS = [
-    ("policies", "hermes_cli.defaults", "hermes_cli", "hermes_cli.cluster"),
+    ("policies", "hermes_cli.defaults", "hermes_cli.settings", "hermes_cli", "hermes_cli.cluster"),
     ("hermes_cli.positions", "hermes_cli.frames", "hermes_cli.sources"),
     ("hermes_cli.models",),
     ("hermes_cli.engine",),

@@ -21,13 +21,14 @@ import argparse
 import statistics
 import time
 
+from ..settings import add_arguments
+
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", default=None, help="full-size random-weight architecture (default: --model)")
-    parser.add_argument("--model", default="tiny")
+    add_arguments(parser, {"model": "tiny", "chunk": 16})  # flags, types and help from the settings schema
     parser.add_argument("--frames", type=int, default=32, help="frames in the memory before the timed chunk")
-    parser.add_argument("--chunk", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds (medians)")
     parser.add_argument("--warmup-rounds", type=int, default=1, help="unmeasured rounds first (first-touch costs)")
     args = parser.parse_args(argv)

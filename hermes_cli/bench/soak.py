@@ -35,6 +35,12 @@ from ..engine.config import SessionConfig
 from ..engine.readouts import rss_bytes
 from ..engine.session import Session
 from ..engine.worker import SessionWorker
+from ..settings import add_arguments
+
+# The session settings the soak takes (flags, types and help from the schema), at the soak's defaults.
+SESSION = {"model": "tiny", "policy": "hermes", "budget": 256, "chunk": 4, "fps": 10.0, "max_new_tokens": 8,
+           "history": False}
+MACHINE = {"device": "cpu", "dtype": "fp32"}
 
 
 @dataclass(frozen=True)
@@ -118,7 +124,7 @@ def run_soak(args: argparse.Namespace) -> dict:
         gc.collect()
         points.append(SoakPoint(frames, stats.stream_time_s, stats.cache.stream_tokens, stats.cache.kv_bytes,
                                 rss_bytes() or 0, statistics.median(ttfts), max(waits)))
-        if args.verbose:
+        if not args.quiet_:
             p = points[-1]
             print(f"{p.frames:>7} frames  {p.stream_time_s:>8.1f}s  cache {p.cache_tokens:>5} tok  "
                   f"RSS {p.rss_bytes / 2**20:8.1f} MiB  TTFT {p.ttft_ms:6.1f} ms  wait {p.wait_ms:6.1f} ms",
@@ -155,9 +161,8 @@ def summarize(args, points: list[SoakPoint], baseline_rss: int, end_rss: int, co
         and counts.frames_pending == 0,
     }
     return {
-        "settings": {k: getattr(args, k) for k in ("model", "policy", "frames", "budget", "every", "chunk", "fps",
-                                                   "size", "max_new_tokens", "history", "threads", "baseline",
-                                                   "repeats")},
+        "settings": {**{k: getattr(args, k) for k in SESSION},
+                     **{k: getattr(args, k) for k in ("frames", "every", "size", "threads", "baseline", "repeats")}},
         "elapsed_s": round(elapsed_s, 1),
         "frames_per_s": round(args.frames / elapsed_s, 1),
         "rss_after_baseline_bytes": baseline_rss,
@@ -176,26 +181,20 @@ def summarize(args, points: list[SoakPoint], baseline_rss: int, end_rss: int, co
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m hermes_cli.bench.soak", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="tiny")
-    parser.add_argument("--policy", default="hermes")
+    add_arguments(parser, {**SESSION, **MACHINE}, helps={
+        "fps": "the stream clock: frame i is at i/fps seconds",
+        "history": "keep the conversation (prompts then grow)"})
     parser.add_argument("--frames", type=int, default=10_000)
-    parser.add_argument("--budget", type=int, default=256)
     parser.add_argument("--every", type=int, default=500, help="ask a question every N frames")
-    parser.add_argument("--chunk", type=int, default=4)
-    parser.add_argument("--fps", type=float, default=10.0, help="the stream clock: frame i is at i/fps seconds")
     parser.add_argument("--size", type=int, default=56, help="frame side in pixels")
-    parser.add_argument("--max-new-tokens", type=int, default=8)
-    parser.add_argument("--history", action="store_true", help="keep the conversation (prompts then grow)")
     parser.add_argument("--question", default="What is happening in the video?")
     parser.add_argument("--repeats", type=int, default=5, help="times each question is asked (TTFT: the median)")
     parser.add_argument("--baseline", type=int, default=1000, help="frames before the reference RSS reading")
     parser.add_argument("--rss-tolerance", type=float, default=0.02)
     parser.add_argument("--ttft-tolerance", type=float, default=1.25)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="fp32")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--json", help="write the full record here")
-    parser.add_argument("-q", "--quiet", dest="verbose", action="store_false")
+    add_arguments(parser, {"quiet_": False}, helps={"quiet_": "no line per question"})
     return parser.parse_args(argv)
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -16,99 +15,77 @@ import typer
 
 from .. import defaults
 from .console import UserError, err, out, set_debug
-from .groups import with_option_groups
-from .options import ChunkOpt, DebugOpt, DeviceOpt, DtypeOpt, FpsOpt, PseudoQueryOpt
+from .groups import OptionGroup, option_group, with_option_groups
+from .options import policy_list_names
 
 
-@dataclass(frozen=True)
-class BenchModelOptions:
+@option_group("model", "bench")
+class BenchModelOptions(OptionGroup):
     """The model measured: a real one, the built-in, or a full-size architecture with random weights."""
 
-    model: Annotated[str, typer.Option(
-        "--model", "-m", metavar="NAME|PATH",
-        help="Hub id, local directory, or 'tiny' / 'tiny-llava-onevision' (random weights).",
-    )] = "tiny"
     arch: Annotated[str | None, typer.Option(
-        "--arch",
+        "--arch", metavar="ARCH",
         help="Full-size architecture built with random weights (needs --random-weights): "
         "llava-onevision-0.5b, llava-onevision-7b, qwen2.5-vl-3b, qwen2.5-vl-7b, qwen3-vl-2b, qwen3-vl-4b, qwen3-vl-8b.",
     )] = None
     random_weights: Annotated[bool, typer.Option(
         "--random-weights", help="With --arch: build the model with random weights (no download).",
     )] = False
-    device: DeviceOpt = None
-    dtype: DtypeOpt = None
 
 
-@dataclass(frozen=True)
-class BenchStreamOptions:
+@option_group("memory", "bench", own_first=True)
+class BenchStreamOptions(OptionGroup):
     """What streams through each policy, and how the memory is kept."""
 
     frames: Annotated[str, typer.Option(
-        "--frames", "-f",
+        "--frames", "-f", metavar="FRAMES|STEPS",
         help="Longest stream in frames (steps: 16, 64, 256 … up to it), or explicit steps like 16,64,256.",
     )] = defaults.BENCH_FRAMES
     policies: Annotated[str, typer.Option(
-        "--policies", help="Comma-separated memory policies to compare (see `hermes policies`).",
+        "--policies", metavar="NAMES", autocompletion=policy_list_names,
+        help="Comma-separated memory policies to compare (see `hermes policies`).",
     )] = defaults.BENCH_POLICIES
-    budget: Annotated[int | None, typer.Option(
-        "--budget", "-b", metavar="TOKENS",
-        help="Stream tokens kept per layer. Default: a quarter of what the longest step streams "
-        "(at least two chunks), so every policy reaches its budget early; the choice is printed.",
-    )] = None
-    chunk: ChunkOpt = defaults.CHUNK_FRAMES
-    pseudo_query: PseudoQueryOpt = defaults.PSEUDO_QUERY
     synthetic_vision: Annotated[bool, typer.Option(
         "--synthetic-vision",
         help="Skip the vision tower: random visual embeddings with the real token layout "
         "(measures the language model and the memory policy only).",
     )] = False
     video: Annotated[str | None, typer.Option(
-        "--video", help="Stream this video file instead of synthetic frames (it must be long enough).",
+        "--video", metavar="FILE", help="Stream this video file instead of synthetic frames (it must be long enough).",
     )] = None
-    fps: FpsOpt = defaults.FPS
     size: Annotated[str, typer.Option(
-        "--size", help="HxW of the synthetic frames (sets tokens per frame for Qwen-VL).",
+        "--size", metavar="HxW", help="HxW of the synthetic frames (sets tokens per frame for Qwen-VL).",
     )] = "360x640"
 
 
-@dataclass(frozen=True)
-class BenchAnswerOptions:
+@option_group("answers", "bench", own_first=True)
+class BenchAnswerOptions(OptionGroup):
     """How each step is measured: answers per step, their length, and the many-questions mode."""
 
-    repeats: Annotated[int, typer.Option("--repeats", help="Measured answers per step (the median is reported).")] = 3
-    warmup: Annotated[int, typer.Option("--warmup", help="Unmeasured answers before those, per step; if any, one unmeasured chunk is also streamed before the first policy, so it does not pay the model's first-run costs.")] = 1
-    max_new_tokens: Annotated[int, typer.Option(
-        "--max-new-tokens", help="Tokens per answer (end-of-sequence is ignored, so TPOT is always measured).",
-    )] = 16
-    question: Annotated[str, typer.Option("--question", help="The question asked at each step.")] = defaults.BENCH_QUESTION
+    repeats: Annotated[int, typer.Option("--repeats", metavar="N", help="Measured answers per step (the median is reported).")] = 3
+    warmup: Annotated[int, typer.Option("--warmup", metavar="N", help="Unmeasured answers before those, per step; if any, one unmeasured chunk is also streamed before the first policy, so it does not pay the model's first-run costs.")] = 1
+    question: Annotated[str, typer.Option("--question", metavar="TEXT", help="The question asked at each step.")] = defaults.BENCH_QUESTION
     questions: Annotated[int, typer.Option(
         "--questions", metavar="N",
         help="Instead: stream the longest step, then ask the question N times in a row with history on "
         "(first policy only); report TTFT per question, first vs last.",
     )] = 0
-    history_tokens: Annotated[int, typer.Option(
-        "--history-tokens", metavar="N", help="With --questions: earlier turns carried per question, up to N tokens.",
-    )] = defaults.HISTORY_TOKENS
     history_text: Annotated[bool, typer.Option(
         "--history-text", help="With --questions: re-encode earlier turns as text instead of keeping their keys and values.",
     )] = False
 
 
-@dataclass(frozen=True)
-class BenchOutputOptions:
+@option_group("output", "bench")
+class BenchOutputOptions(OptionGroup):
     """What is printed and written."""
 
-    json_out: Annotated[bool, typer.Option(
-        "--json", help="Print one JSON record per policy × stream length (details go to stderr).",
-    )] = False
     plot: Annotated[str | None, typer.Option(
-        "--plot", help="Write a PNG of TTFT and memory against frames, one line per policy (needs matplotlib).",
+        "--plot", metavar="FILE",
+        help="Write a PNG of TTFT and memory against frames, one line per policy (needs matplotlib).",
     )] = None
     profile: Annotated[bool, typer.Option(
         "--profile", help="Split a chunk's time per policy: decode, vision encoding, prefill, pseudo-query, selection.",
     )] = False
-    debug: DebugOpt = False
 
 
 @with_option_groups

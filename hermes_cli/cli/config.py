@@ -18,16 +18,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..settings import BY_NAME, COMMANDS, SETTINGS
 from .console import UserError
 
-COMMANDS = ("watch", "chat", "eval", "bench")
 SHARED = ("watch", "chat", "eval")  # top-level keys apply to these
-KEYS: dict[str, type | tuple[type, ...]] = {  # option (parameter name) -> TOML type
-    "model": str, "policy": str, "budget": int, "policy_opt": list, "fps": (int, float), "chunk": int,
-    "reindex": str, "max_new_tokens": int, "system": str, "pseudo_query": str, "max_pixels": int,
-    "device": str, "dtype": str, "no_progress": bool,
-    "reindex_spacing": str, "pseudo_query_history": bool, "penalise_prompt": bool,
-}
+TOML_TYPES: dict[type, type | tuple[type, ...]] = {str: str, int: int, float: (int, float), bool: bool, list: list}
+
+
+def keys(commands: tuple[str, ...] = COMMANDS) -> dict[str, type | tuple[type, ...]]:
+    """Config-file key (a parameter name) → TOML type: the schema's settings that any of
+    ``commands`` takes and that the file may set."""
+    return {s.name: TOML_TYPES[s.kind] for s in SETTINGS if s.config and any(c in s.commands for c in commands)}
+
+
+KEYS = keys()
 
 
 def config_path() -> Path:
@@ -65,17 +69,17 @@ def load_config(path: Path | None = None) -> dict:
             if not isinstance(value, dict):
                 raise UserError(f"{path}: [{key}] must be a table of options")
             for sub, subvalue in value.items():
-                _check(path, f"{key}.{sub}", sub, subvalue)
+                _check(path, f"{key}.{sub}", sub, subvalue, keys((key,)))
         else:
-            _check(path, key, key, value)
+            _check(path, key, key, value, keys(SHARED))
     return data
 
 
-def _check(path: Path, where: str, key: str, value: object) -> None:
+def _check(path: Path, where: str, key: str, value: object, known: dict[str, type | tuple[type, ...]]) -> None:
     name = key.replace("-", "_")
-    if name not in KEYS:
-        raise UserError(f"{path}: unknown setting {where!r}; known: {', '.join(KEYS)}")
-    expected = KEYS[name]
+    if name not in known:
+        raise UserError(f"{path}: unknown setting {where!r}; known: {', '.join(known)}")
+    expected = known[name]
     if (isinstance(value, bool) and expected is not bool) or not isinstance(value, expected):
         kind = {str: "a string", int: "an integer", list: "a list of strings", bool: "true or false"}.get(
             expected, "a number") if not isinstance(expected, tuple) else "a number"
@@ -87,8 +91,10 @@ def default_map(data: dict) -> dict[str, dict]:
     result: dict[str, dict] = {command: {} for command in COMMANDS}
     for key, value in data.items():
         if key not in COMMANDS:
+            name = key.replace("-", "_")
             for command in SHARED:
-                result[command][key.replace("-", "_")] = value
+                if name not in BY_NAME or command in BY_NAME[name].commands:
+                    result[command][name] = value
     for command in COMMANDS:
         for key, value in (data.get(command) or {}).items():
             result[command][key.replace("-", "_")] = value

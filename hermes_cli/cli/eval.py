@@ -16,74 +16,60 @@ import typer
 
 from .. import defaults
 from .console import Interrupted, UserError, err, out, quiet, set_debug, set_verbosity, warn
-from .factory import (
-    AnswerSettings,
-    MemorySettings,
-    ModelSettings,
-    SessionSettings,
-    build_engine,
-    open_stream,
-    prepare_model,
-)
-from .groups import ModelOptions, with_option_groups
-from .options import (
-    DebugOpt,
-    NoProgressOpt,
-    PenalisePromptOpt,
-    PolicyOpt,
-    PolicyOptsOpt,
-    PseudoQueryHistoryOpt,
-    PseudoQueryOpt,
-    QuietOpt,
-    ReindexSpacingOpt,
-    VerboseOpt,
-)
+from .factory import SessionSettings, build_engine, open_stream, prepare_model
+from .groups import OptionGroup, option_group, session_settings, with_option_groups
 
 TasksOpt = Annotated[
     list[str] | None,
-    typer.Option("--tasks", "-t", help="Only these tasks (repeatable or comma-separated, case-insensitive); see --dry-run for the names."),
+    typer.Option("--tasks", "-t", metavar="TASK", help="Only these tasks (repeatable or comma-separated, case-insensitive); see --dry-run for the names."),
 ]
+
+
+@option_group("model", "eval")
+class EvalModelOptions(OptionGroup):
+    """--model, --device, --dtype, --max-pixels."""
+
+
+@option_group("memory", "eval")
+class EvalMemoryOptions(OptionGroup):
+    """The memory policy and how the stream fills the memory, at the papers' defaults."""
+
+
+@option_group("answers", "eval")
+class EvalAnswerOptions(OptionGroup):
+    """--max-new-tokens, --history/--no-history, --penalise-prompt."""
+
+
+@option_group("output", "eval")
+class EvalOutputOptions(OptionGroup):
+    """--json, --no-progress, -q, -v, --debug."""
 
 
 @dataclass(frozen=True)
 class JudgeOptions:
     """The judge of open-ended answers (an OpenAI-compatible endpoint)."""
 
-    judge_url: Annotated[str | None, typer.Option("--judge-url", help="OpenAI-compatible endpoint (e.g. http://localhost:8000/v1) to judge open-ended answers.")] = None
-    judge_model: Annotated[str, typer.Option("--judge-model", help="Model name sent to the judge.")] = "gpt-3.5-turbo"
-    judge_key_env: Annotated[str, typer.Option("--judge-key-env", help="Environment variable holding the judge's API key.")] = "OPENAI_API_KEY"
+    judge_url: Annotated[str | None, typer.Option("--judge-url", metavar="URL", help="OpenAI-compatible endpoint (e.g. http://localhost:8000/v1) to judge open-ended answers.")] = None
+    judge_model: Annotated[str, typer.Option("--judge-model", metavar="NAME", help="Model name sent to the judge.")] = "gpt-3.5-turbo"
+    judge_key_env: Annotated[str, typer.Option("--judge-key-env", metavar="VARIABLE", help="Environment variable holding the judge's API key.")] = "OPENAI_API_KEY"
 
 
 @with_option_groups
 def evaluate(
-    annotations: Annotated[Path, typer.Argument(help="Benchmark annotation JSON (HERMES / ReKV format).", show_default=False)],
-    videos_dir: Annotated[Path | None, typer.Option("--videos-dir", "-d", help="Folder holding the videos; annotation paths are remapped by file name (searched recursively).")] = None,
-    model_options: ModelOptions = ModelOptions(),
-    policy: PolicyOpt = defaults.POLICY,
-    budget: Annotated[int, typer.Option("--budget", "-b", help="Stream tokens kept per layer (papers: 4000; 6000 for RVS).")] = defaults.EVAL_BUDGET,
-    policy_opt: PolicyOptsOpt = None,
-    fps: Annotated[float, typer.Option("--fps", help="Frames sampled per second of video (papers: 0.5 for LLaVA-OV, 0.5-1 for Qwen2.5-VL).")] = 1.0,
-    chunk: Annotated[int, typer.Option("--chunk", help="Frames per prefill chunk (papers: 16; even for Qwen-VL).")] = 16,
-    reindex: Annotated[str | None, typer.Option("--reindex", help="lazy, eager or off. Default: lazy when streaming, eager offline (as in the paper).")] = None,
-    reindex_spacing: ReindexSpacingOpt = defaults.REINDEX_SPACING,
-    pseudo_query: PseudoQueryOpt = defaults.PSEUDO_QUERY,
-    pseudo_query_history: PseudoQueryHistoryOpt = True,
-    penalise_prompt: PenalisePromptOpt = False,
+    annotations: Annotated[Path, typer.Argument(metavar="ANNOTATIONS", help="Benchmark annotation JSON (HERMES / ReKV format).", show_default=False)],
+    videos_dir: Annotated[Path | None, typer.Option("--videos-dir", "-d", metavar="FOLDER", help="Folder holding the videos; annotation paths are remapped by file name (searched recursively).")] = None,
+    model_options: EvalModelOptions = EvalModelOptions(),
+    memory_options: EvalMemoryOptions = EvalMemoryOptions(),
     offline: Annotated[bool | None, typer.Option("--offline/--streaming", help="Protocol. Default: streaming when the questions carry end times, else offline.", show_default=False)] = None,
     tasks: TasksOpt = None,
-    limit: Annotated[int | None, typer.Option("--limit", "-n", help="Only the first N questions (after --tasks).")] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Results JSONL, one record per question. Rerunning with the same file resumes: finished questions are skipped. Default: ANNOTATIONS.results-SETTINGS.jsonl next to the annotations (one file per model, policy and settings).")] = None,
-    summary_path: Annotated[Path | None, typer.Option("--summary", help="Summary JSON (default: next to --output, as NAME.summary.json).")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", "-n", metavar="N", help="Only the first N questions (after --tasks).")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", metavar="FILE", help="Results JSONL, one record per question. Rerunning with the same file resumes: finished questions are skipped. Default: ANNOTATIONS.results-SETTINGS.jsonl next to the annotations (one file per model, policy and settings).")] = None,
+    summary_path: Annotated[Path | None, typer.Option("--summary", metavar="FILE", help="Summary JSON (default: next to --output, as NAME.summary.json).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only validate the annotations and count questions per task and missing videos.")] = False,
-    max_new_tokens: Annotated[int | None, typer.Option("--max-new-tokens", help="Longest answer (default: 16 for multiple choice, 128 open-ended).")] = None,
-    history: Annotated[bool, typer.Option("--history", help="Keep earlier questions and answers of a stream in the prompt (default: each question alone, as the benchmarks score them).")] = False,
-    npy_fps: Annotated[float, typer.Option("--npy-fps", help="Frame rate of videos stored as .npy frame arrays (RVS-Movie).")] = 1.0,
+    answer_options: EvalAnswerOptions = EvalAnswerOptions(),
+    npy_fps: Annotated[float, typer.Option("--npy-fps", metavar="FPS", help="Frame rate of videos stored as .npy frame arrays (RVS-Movie).")] = 1.0,
     judge: JudgeOptions = JudgeOptions(),
-    json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
-    no_progress: NoProgressOpt = False,
-    quiet_: QuietOpt = False,
-    verbose_: VerboseOpt = False,
-    debug: DebugOpt = False,
+    output_options: EvalOutputOptions = EvalOutputOptions(),
 ) -> None:
     """Measure accuracy on a streaming or offline video benchmark, with any model, policy and budget.
 
@@ -111,17 +97,19 @@ def evaluate(
     """
     from ..evaluation.runner import EvalSettings, VideoFinder, default_protocol, default_reindex, plan_jobs
 
-    set_debug(debug)
-    set_verbosity(quiet_, verbose_)
-    model_settings = model_options.settings()
-    SessionSettings(model_settings, MemorySettings(policy, budget, tuple(policy_opt or ()), fps, chunk,
-                                                   reindex or defaults.REINDEX, pseudo_query, reindex_spacing)).check()
+    o = output_options
+    set_debug(o.debug)
+    set_verbosity(o.quiet_, o.verbose_)
+    json_out = o.json_out
+    m, a = memory_options, answer_options
+    max_new_tokens, reindex = a.max_new_tokens, m.reindex
+    session_settings(model_options, memory_options, answer_options).replace(
+        reindex=reindex or defaults.REINDEX, max_new_tokens=max_new_tokens or defaults.MAX_NEW_TOKENS).check()
+    model_settings = model_options.settings().model
     for name, value, ok in (("--limit", limit, limit is None or limit >= 1), ("--npy-fps", npy_fps, npy_fps > 0),
                             ("--max-new-tokens", max_new_tokens, max_new_tokens is None or max_new_tokens >= 1)):
         if not ok:
             raise UserError(f"{name} must be positive, got {value}")
-    if reindex is not None and reindex not in ("lazy", "eager", "off"):
-        raise UserError(f"--reindex must be lazy, eager or off, got {reindex!r}")
     if videos_dir is not None and not videos_dir.is_dir():
         raise UserError(f"--videos-dir {videos_dir} is not a folder — pass the folder that holds the videos")
     aset, questions = _load_questions(annotations, tasks, limit)
@@ -134,12 +122,9 @@ def evaluate(
 
     prepare_model(model_settings)  # a dead hub or a bad model folder fails now, not after the first video
     model_name = model_settings.name()
-    settings = EvalSettings(
-        model=model_name, policy=policy, budget=budget, policy_opts=list(policy_opt or []), fps=fps, chunk=chunk,
-        reindex=reindex or default_reindex(protocol), reindex_spacing=reindex_spacing, pseudo_query=pseudo_query,
-        pseudo_query_history=pseudo_query_history, penalise_prompt=penalise_prompt, protocol=protocol, history=history,
-        max_new_tokens=max_new_tokens, npy_fps=npy_fps, max_pixels=model_settings.max_pixels,
-    )
+    settings = EvalSettings.of({**model_options.values(), **m.values(), **a.values(), "model": model_name,
+                                "reindex": reindex or default_reindex(protocol), "protocol": protocol,
+                                "npy_fps": npy_fps})
     factory = _session_factory(settings, model_settings.device, model_settings.dtype, quiet=json_out)
     if output is None:
         output = default_output(annotations, settings)
@@ -150,7 +135,7 @@ def evaluate(
             raise UserError(f"cannot create the folder for --output {output}: {exc.strerror}") from exc
 
     records, report = _run(aset, questions, settings, factory, finder, output, judge,
-                           show_progress=not (json_out or no_progress or quiet()))
+                           show_progress=not (json_out or o.no_progress or quiet()))
     summary = _summary(records, report, questions, aset, annotations, protocol)
     if summary_path is None and output is not None:
         summary_path = output.with_name(output.stem + ".summary.json")
@@ -284,13 +269,9 @@ def default_output(annotations: Path, settings) -> Path | None:
 
 def _session_factory(settings, device, dtype, *, quiet: bool):
     """A fresh session per stream; the model is loaded once, on the first call."""
-    session_settings = SessionSettings(
-        ModelSettings(settings.model, device, dtype, settings.max_pixels),
-        MemorySettings(settings.policy, settings.budget, tuple(settings.policy_opts), settings.fps, settings.chunk,
-                       settings.reindex, settings.pseudo_query, settings.reindex_spacing, settings.pseudo_query_history),
-        AnswerSettings(settings.max_new_tokens or defaults.MAX_NEW_TOKENS, settings.history,
-                       penalise_prompt=settings.penalise_prompt),
-    )
+    values = settings.session_values()
+    session_settings = SessionSettings.of({**values, "device": device, "dtype": dtype,
+                                           "max_new_tokens": values["max_new_tokens"] or defaults.MAX_NEW_TOKENS})
     session_settings.check()
     state: dict = {}
 

@@ -8,26 +8,23 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from .. import defaults
+from ..settings import DTYPES, SettingsGroup, check_value, setting, settings_group
 from .console import UserError, err, info, note, quiet, status, verbose
 
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 
-@dataclass(frozen=True)
-class ModelSettings:
-    """Which model, where, and how large its frames are."""
-
-    model: str | None = None  # None: HERMES_MODEL, else the default for this machine
-    device: str | None = None
-    dtype: str | None = None
-    max_pixels: int | None = None
+@settings_group("model")
+class ModelSettings(SettingsGroup):
+    """Which model, where, and how large its frames are (model None: HERMES_MODEL, else this machine's default)."""
 
     def check(self) -> None:
-        if self.dtype is not None and self.dtype not in defaults.DTYPES:
+        if self.dtype is not None and self.dtype not in DTYPES:
             raise UserError(f"--dtype must be one of auto, fp32, bf16, fp16; got {self.dtype!r}")
         if self.max_pixels is not None and self.max_pixels < 28 * 28:
             raise UserError(f"--max-pixels must be at least {28 * 28} (one 28×28 patch), got {self.max_pixels}")
@@ -59,25 +56,19 @@ class ModelSettings:
         return default_model()[0]
 
 
-@dataclass(frozen=True)
-class MemorySettings:
+@settings_group("memory")
+class MemorySettings(SettingsGroup):
     """The memory policy and how the stream fills the memory."""
 
-    policy: str = defaults.POLICY
-    budget: int = defaults.BUDGET
-    policy_opts: tuple[str, ...] = ()
-    fps: float = defaults.FPS
-    chunk: int = defaults.CHUNK_FRAMES
-    reindex: str = defaults.REINDEX
-    pseudo_query: str = defaults.PSEUDO_QUERY
-    reindex_spacing: str = defaults.REINDEX_SPACING
-    pseudo_query_history: bool = True
+    @property
+    def policy_opts(self) -> tuple[str, ...]:  # the name before the schema
+        return self.policy_opt
 
     def policy_options(self) -> dict:
         from policies import parse_option
 
         try:
-            return dict(parse_option(self.policy, o) for o in self.policy_opts)
+            return dict(parse_option(self.policy, o) for o in self.policy_opt)
         except ValueError as exc:
             raise UserError(str(exc)) from exc
 
@@ -90,38 +81,50 @@ class MemorySettings:
             raise UserError(str(exc)) from exc
 
 
-@dataclass(frozen=True)
-class AnswerSettings:
+@settings_group("answers")
+class AnswerSettings(SettingsGroup):
     """How questions are answered."""
 
-    max_new_tokens: int = defaults.MAX_NEW_TOKENS
-    history: bool = True
-    system: str | None = None
-    history_tokens: int = defaults.HISTORY_TOKENS
-    penalise_prompt: bool = False
+
+GROUPS = {"model": ModelSettings, "memory": MemorySettings, "answers": AnswerSettings}
 
 
 @dataclass(frozen=True)
 class SessionSettings:
-    """Everything a session is built from."""
+    """Everything a session is built from: the settings of the schema's model, memory and answers groups."""
 
     model: ModelSettings = field(default_factory=ModelSettings)
     memory: MemorySettings = field(default_factory=MemorySettings)
     answers: AnswerSettings = field(default_factory=AnswerSettings)
 
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> SessionSettings:
+        """From setting name → value (names of other groups are ignored; missing ones take their defaults)."""
+        return cls(ModelSettings.of(values), MemorySettings.of(values), AnswerSettings.of(values))
+
+    def values(self) -> dict[str, Any]:
+        """Setting name → value, for every setting of the three groups."""
+        return {**self.model.values(), **self.memory.values(), **self.answers.values()}
+
+    def replace(self, **changes: Any) -> SessionSettings:
+        """These settings with ``changes`` (by setting name)."""
+        unknown = set(changes) - set(self.values())
+        if unknown:
+            raise TypeError(f"not session settings: {', '.join(sorted(unknown))}")
+        return SessionSettings.of({**self.values(), **changes})
+
     def config(self):
         """The engine's ``SessionConfig``; a bad value is a one-line ``UserError``."""
         from ..engine.config import SessionConfig
 
-        m = self.memory
+        fields = {}
         try:
-            return SessionConfig(
-                budget=m.budget, chunk_frames=m.chunk, fps=m.fps, reindex=m.reindex, pseudo_query=m.pseudo_query,
-                reindex_spacing=m.reindex_spacing, pseudo_query_history=m.pseudo_query_history,
-                max_new_tokens=self.answers.max_new_tokens, history=self.answers.history,
-                history_tokens=self.answers.history_tokens, penalise_prompt=self.answers.penalise_prompt,
-                system_prompt=self.answers.system or defaults.SYSTEM_PROMPT,
-            )
+            for name, value in self.values().items():
+                s = setting(name)
+                check_value(s, value)
+                if s.field and not (s.or_default and not value):
+                    fields[s.field] = value
+            return SessionConfig(**fields)
         except ValueError as exc:
             raise UserError(str(exc)) from exc
 
@@ -139,7 +142,7 @@ class SessionSettings:
                             f"got {m.chunk} — try --chunk {m.chunk + per - m.chunk % per}")
         from .catalog import check_policy
 
-        check_policy(m.policy, m.policy_opts)
+        check_policy(m.policy, m.policy_opt)
 
 
 def check_model(name: str) -> None:

@@ -1,8 +1,11 @@
 """Option groups: commands take a few dataclasses of related options instead of dozens of parameters.
 
-A group is a dataclass whose fields are annotated with their typer option (``options.py``).
-``with_option_groups`` turns a command whose parameters are groups into the flat signature typer
-reads — every field becomes an option, in order — and hands the command one instance per group.
+A group is a dataclass whose fields are annotated with their typer option. ``option_group``
+generates one from the settings schema (``hermes_cli/settings.py``): the settings of a group
+that a command takes, each as ``options.option`` makes it, after the class's own annotated fields
+(options of that command alone). ``with_option_groups`` turns a command whose parameters are
+groups into the flat signature typer reads — every field becomes an option, in order — and
+hands the command one instance per group.
 """
 
 from __future__ import annotations
@@ -11,114 +14,69 @@ import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar, get_type_hints
 
-from .. import defaults
-from .factory import AnswerSettings, MemorySettings, ModelSettings, SessionSettings
-from .options import (
-    AcceptPolicyOpt,
-    AutosaveEveryOpt,
-    AutosaveOpt,
-    BudgetOpt,
-    ChunkOpt,
-    ConvertMemoryOpt,
-    DebugOpt,
-    DeviceOpt,
-    DtypeOpt,
-    FpsOpt,
-    HistoryTokensOpt,
-    JsonOpt,
-    MaxNewTokensOpt,
-    MaxPixelsOpt,
-    MemoryOpt,
-    ModelOpt,
-    PenalisePromptOpt,
-    PolicyOpt,
-    PolicyOptsOpt,
-    PseudoQueryHistoryOpt,
-    PseudoQueryOpt,
-    QuietOpt,
-    ReindexOpt,
-    ReindexSpacingOpt,
-    SaveMemoryOpt,
-    SystemOpt,
-    VerboseOpt,
-)
+from ..settings import SettingsGroup, settings_group
+from .factory import SessionSettings
+from .options import option
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-@dataclass(frozen=True)
-class ModelOptions:
+class OptionGroup(SettingsGroup):
+    """A group of command-line options generated from the schema."""
+
+    def settings(self) -> SessionSettings:
+        """The session settings these options give (the others at their defaults)."""
+        return SessionSettings.of(self.values())
+
+
+def option_group(group: str, command: str = "watch", *, own_first: bool = False):
+    """Class decorator: ``group``'s options as ``command`` takes them (see the module docstring)."""
+    return settings_group(group, command, annotate=option, own_first=own_first)
+
+
+@option_group("model")
+class ModelOptions(OptionGroup):
     """--model, --device, --dtype, --max-pixels."""
 
-    model: ModelOpt = None
-    device: DeviceOpt = None
-    dtype: DtypeOpt = None
-    max_pixels: MaxPixelsOpt = None
 
-    def settings(self) -> ModelSettings:
-        return ModelSettings(self.model, self.device, self.dtype, self.max_pixels)
-
-
-@dataclass(frozen=True)
-class MemoryOptions:
+@option_group("memory")
+class MemoryOptions(OptionGroup):
     """The memory policy and how the stream fills the memory."""
 
-    policy: PolicyOpt = defaults.POLICY
-    budget: BudgetOpt = defaults.BUDGET
-    policy_opt: PolicyOptsOpt = None
-    fps: FpsOpt = defaults.FPS
-    chunk: ChunkOpt = defaults.CHUNK_FRAMES
-    reindex: ReindexOpt = defaults.REINDEX
-    reindex_spacing: ReindexSpacingOpt = defaults.REINDEX_SPACING
-    pseudo_query: PseudoQueryOpt = defaults.PSEUDO_QUERY
-    pseudo_query_history: PseudoQueryHistoryOpt = True
 
-    def settings(self) -> MemorySettings:
-        return MemorySettings(self.policy, self.budget, tuple(self.policy_opt or ()), self.fps, self.chunk,
-                              self.reindex, self.pseudo_query, self.reindex_spacing, self.pseudo_query_history)
+@option_group("answers")
+class AnswerOptions(OptionGroup):
+    """--max-new-tokens, --history/--no-history, --history-tokens, --system, --penalise-prompt."""
 
 
-@dataclass(frozen=True)
-class AnswerOptions:
-    """--max-new-tokens, --history-tokens, --system, --penalise-prompt."""
-
-    max_new_tokens: MaxNewTokensOpt = defaults.MAX_NEW_TOKENS
-    history_tokens: HistoryTokensOpt = defaults.HISTORY_TOKENS
-    system: SystemOpt = None
-    penalise_prompt: PenalisePromptOpt = False
-
-
-@dataclass(frozen=True)
-class SnapshotOptions:
+@option_group("snapshot")
+class SnapshotOptions(OptionGroup):
     """Loading, saving and autosaving the memory (docs/snapshots.md)."""
 
-    memory: MemoryOpt = None
-    save_memory: SaveMemoryOpt = None
-    autosave: AutosaveOpt = None
-    autosave_every: AutosaveEveryOpt = "60s"
-    accept_policy: AcceptPolicyOpt = False
-    convert_memory: ConvertMemoryOpt = False
+
+@option_group("source")
+class SourceOptions(OptionGroup):
+    """How a live source is kept (--reconnect)."""
 
 
-@dataclass(frozen=True)
-class OutputOptions:
+@option_group("output")
+class OutputOptions(OptionGroup):
+    """--json, --no-progress (watch), -q, -v, --debug."""
+
+
+@option_group("output", "chat")
+class ChatOutputOptions(OptionGroup):
     """--json, -q, -v, --debug."""
 
-    json_out: JsonOpt = False
-    quiet_: QuietOpt = False
-    verbose_: VerboseOpt = False
-    debug: DebugOpt = False
 
-
-def session_settings(model: ModelOptions, memory: MemoryOptions, answers: AnswerOptions, *,
-                     history: bool = True) -> SessionSettings:
-    """What a session is built from, from its option groups."""
-    return SessionSettings(model.settings(), memory.settings(),
-                           AnswerSettings(answers.max_new_tokens, history, answers.system, answers.history_tokens,
-                                          answers.penalise_prompt))
+def session_settings(*groups: SettingsGroup) -> SessionSettings:
+    """What a session is built from, from its option groups (later groups win)."""
+    values: dict[str, Any] = {}
+    for group in groups:
+        values.update(group.values())
+    return SessionSettings.of(values)
 
 
 def with_option_groups(command: F) -> F:

@@ -53,7 +53,15 @@ def _root(
 
 
 class _Command(typer.core.TyperCommand):
-    """Usage lines as people write them: ``SOURCE`` when required, ``[SOURCE]`` when optional."""
+    """Usage lines as people write them: ``SOURCE`` when required, ``[SOURCE]`` when optional; in
+    --help an argument is its metavar alone."""
+
+    def get_params(self, ctx):
+        params = super().get_params(ctx)
+        for param in params:
+            if param.param_type_name == "argument":  # its metavar names it: no `<str>` after it in --help
+                param.display_type_rich = lambda ctx: None  # type: ignore[attr-defined]
+        return params
 
     def collect_usage_pieces(self, ctx):
         pieces = [self.options_metavar] if self.options_metavar else []

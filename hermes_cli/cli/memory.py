@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..frames import FrameSource, IterableSource, SourceStats
+from ..settings import INHERITED, MEMORY, with_role
 from .console import UserError, note
 from .factory import SessionSettings
 
@@ -22,9 +23,6 @@ if TYPE_CHECKING:
     from ..engine.snapshot import Autosaver
     from .groups import SnapshotOptions
 
-# Options whose value comes from the snapshot unless given on the command line.
-FROM_SNAPSHOT = ("model", "dtype", "policy", "policy_opt", "budget", "fps", "chunk", "reindex", "pseudo_query",
-                 "system")
 DTYPE_FLAGS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
@@ -88,33 +86,30 @@ class MemoryRun:
                 raise UserError(str(exc)) from None
 
     def settings(self, settings: SessionSettings, given: set[str]) -> SessionSettings:
-        """``settings`` with what was not ``given`` taken from the snapshot (model, dtype, policy,
-        its parameters, budget, fps, chunk, re-indexing, pseudo-query, system prompt)."""
+        """``settings`` with those the snapshot passes on (schema roles MEMORY and INHERITED) taken
+        from it where not ``given``: the model, its dtype, the policy with its parameters (those
+        given on top), the memory-shaping settings and the system prompt. A system prompt given
+        that differs is refused: its tokens are in the memory."""
         snap = self.snapshot
         if snap is None:
             return settings
-        config, policy = snap.state["config"], snap.state["policy"]
-        model, memory, answers = settings.model, settings.memory, settings.answers
-        if "model" not in given:
-            model = dataclasses.replace(model, model=snap.model_name)
-        if "dtype" not in given:
-            model = dataclasses.replace(model, dtype=DTYPE_FLAGS.get(snap.dtype, snap.dtype))
+        saved = saved_settings(snap)
+        current = settings.values()
         changes: dict = {}
-        if "policy" not in given:
-            changes["policy"] = policy["name"]
-            changes["policy_opts"] = (*(f"{k}={_option_text(v)}" for k, v in policy["parameters"].items()),
-                                      *memory.policy_opts)
-        pairs = (("budget", "budget"), ("fps", "fps"), ("chunk", "chunk_frames"), ("reindex", "reindex"),
-                 ("pseudo_query", "pseudo_query"))
-        for option, key in pairs:
-            if option not in given and config.get(key) is not None:
-                changes[option] = config[key]
-        memory = dataclasses.replace(memory, **changes)
-        if "system" in given and answers.system != config["system_prompt"]:
-            raise UserError("--system differs from the snapshot's system prompt, which is part of its memory: "
-                            "leave --system out to keep it")
-        answers = dataclasses.replace(answers, system=config["system_prompt"])
-        return SessionSettings(model, memory, answers)
+        for s in (*with_role(MEMORY), *with_role(INHERITED)):
+            if s.name not in saved or s.name not in current:
+                continue
+            if s.name not in given:
+                if saved[s.name] is not None or s.snapshot == INHERITED:
+                    changes[s.name] = saved[s.name]
+            elif s.snapshot == INHERITED and s.field and current[s.name] != saved[s.name]:
+                raise UserError(f"{s.flag} differs from the snapshot's {s.help.rstrip('.').lower()}, which is "
+                                f"part of its memory: leave {s.flag} out to keep it")
+        if "policy" in given:  # the parameters belong to the snapshot's policy, not to the one given
+            changes.pop("policy_opt", None)
+        else:  # those given (or from the config file) apply on top of the snapshot's
+            changes["policy_opt"] = (*saved["policy_opt"], *current["policy_opt"])
+        return settings.replace(**changes)
 
     def attach(self, stream, frames, source: str | None):
         """Restore the snapshot into ``stream`` (an engine stream's client) and return the frames
@@ -214,3 +209,14 @@ class ContinuedFrames:
 def no_frames() -> FrameSource:
     """No stream at all: the prompt works on the loaded memory alone."""
     return IterableSource((), name="memory")
+
+
+def saved_settings(snap) -> dict:
+    """Setting name → the value a snapshot holds, for every setting it passes on: the engine's
+    fields from its config, and the model, dtype and policy from where the snapshot keeps them."""
+    config, policy = snap.state["config"], snap.state["policy"]
+    values = {s.name: config.get(s.field) for s in (*with_role(MEMORY), *with_role(INHERITED))
+              if s.field and s.field in config}
+    values.update(model=snap.model_name, dtype=DTYPE_FLAGS.get(snap.dtype, snap.dtype), policy=policy["name"],
+                  policy_opt=tuple(f"{k}={_option_text(v)}" for k, v in policy["parameters"].items()))
+    return values

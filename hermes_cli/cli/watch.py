@@ -14,33 +14,32 @@ from .console import Interrupted, UserError, err, out, quiet, set_debug, set_ver
 from .factory import build_engine, open_frames, open_stream
 from .groups import (
     AnswerOptions,
+    ChatOutputOptions,
     MemoryOptions,
     ModelOptions,
     OutputOptions,
     SnapshotOptions,
+    SourceOptions,
     session_settings,
     with_option_groups,
 )
 from .memory import MemoryRun, given_options, source_id
 from .notify import NotifyOptions
-from .options import NoProgressOpt, ReconnectOpt
 
 
 @with_option_groups
 def watch(
     ctx: typer.Context,
-    source: Annotated[str, typer.Argument(help="Video file or URL (http/https/HLS, rtsp, rtmp, tcp, udp).")],
+    source: Annotated[str, typer.Argument(metavar="SOURCE", help="Video file or URL (http/https/HLS, rtsp, rtmp, tcp, udp).")],
     ask: Annotated[list[str] | None, typer.Option("--ask", "-a", metavar="QUESTION", help="Question answered at the end of the stream (repeatable).")] = None,
     ask_at: Annotated[list[str] | None, typer.Option("--ask-at", metavar="TIME=QUESTION", help="TIME=QUESTION: ask when the stream reaches TIME (30s, 1:05).")] = None,
     model_options: ModelOptions = ModelOptions(),
     memory_options: MemoryOptions = MemoryOptions(),
     answer_options: AnswerOptions = AnswerOptions(),
-    no_history: Annotated[bool, typer.Option("--no-history", help="Answer each question on its own (no earlier turns).")] = False,
     realtime: Annotated[bool, typer.Option("--realtime", help="Pace a file at real time instead of as fast as the model allows.")] = False,
-    reconnect: ReconnectOpt = None,
+    source_options: SourceOptions = SourceOptions(),
     snapshot_options: SnapshotOptions = SnapshotOptions(),
     notify_options: NotifyOptions = NotifyOptions(),
-    no_progress: NoProgressOpt = False,
     output: OutputOptions = OutputOptions(),
 ) -> None:
     """Stream a video through the model and answer questions from its memory.
@@ -67,7 +66,7 @@ def watch(
         questions = [TimedQuestion(q) for q in ask or []] + [TimedQuestion.parse(q) for q in ask_at or []]
     except ValueError as exc:
         raise UserError(str(exc)) from exc
-    settings = session_settings(model_options, memory_options, answer_options, history=not no_history)
+    settings = session_settings(model_options, memory_options, answer_options)
     snapshots = MemoryRun.from_options(snapshot_options, quiet=json_out)
     settings = snapshots.settings(settings, given_options(ctx))
     settings.check()
@@ -76,7 +75,7 @@ def watch(
     piped = mode == "batch" and not questions  # questions come from stdin, one per line
     if piped and realtime:
         mode = "lines"  # paced: each piped line is answered when it is read
-    frames = open_frames(source, settings.memory.fps, reconnect)
+    frames = open_frames(source, settings.memory.fps, source_options.reconnect)
     check_against_source(frames, questions)
     if piped and (realtime or frames.is_live):
         mode = "lines"  # a live stream: each piped line is answered when it is read
@@ -86,7 +85,7 @@ def watch(
     try:
         stream = open_stream(engine, settings, live=frames.is_live, notifier=notify_options.notifier())
         frames = snapshots.attach(stream, frames, source_id(source))
-        run_mode(mode, stream, frames, questions, json_out=json_out, pace=realtime, progress=not no_progress,
+        run_mode(mode, stream, frames, questions, json_out=json_out, pace=realtime, progress=not output.no_progress,
                  source=source, save_to=snapshots.save_to, notify_command=notify_options.command())
         snapshots.finish()
     finally:
@@ -145,7 +144,7 @@ def check_against_source(frames, questions) -> None:
 @with_option_groups
 def chat(
     ctx: typer.Context,
-    source: Annotated[str | None, typer.Argument(help="A live URL (rtsp, rtmp, tcp, udp, http) — or, with --webcam, a camera device.")] = None,
+    source: Annotated[str | None, typer.Argument(metavar="SOURCE", help="A live URL (rtsp, rtmp, tcp, udp, http) — or, with --webcam, a camera device.")] = None,
     webcam: Annotated[bool, typer.Option("--webcam", help="Watch a camera (default: this platform's first camera).")] = False,
     list_devices: Annotated[bool, typer.Option("--list-devices", help="List the cameras found and exit.")] = False,
     server: Annotated[str | None, typer.Option("--server", metavar="URL", help="Talk to a stream of a `hermes serve` server instead (with --stream ID).")] = None,
@@ -154,10 +153,10 @@ def chat(
     model_options: ModelOptions = ModelOptions(),
     memory_options: MemoryOptions = MemoryOptions(),
     answer_options: AnswerOptions = AnswerOptions(),
-    reconnect: ReconnectOpt = None,
+    source_options: SourceOptions = SourceOptions(),
     snapshot_options: SnapshotOptions = SnapshotOptions(),
     notify_options: NotifyOptions = NotifyOptions(),
-    output: OutputOptions = OutputOptions(),
+    output: ChatOutputOptions = ChatOutputOptions(),
 ) -> None:
     """Talk about a live camera or stream while it runs: an interactive prompt with live readouts.
 
@@ -197,7 +196,7 @@ def chat(
     settings.check()
     notify_options.check()
     spec = (source or default_camera()) if webcam else source
-    frames = None if spec is None else open_frames(spec, settings.memory.fps, reconnect, webcam=webcam)
+    frames = None if spec is None else open_frames(spec, settings.memory.fps, source_options.reconnect, webcam=webcam)
     engine = build_engine(settings, quiet=json_out)
     try:
         stream = open_stream(engine, settings, live=frames is not None and frames.is_live,

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from .. import __version__
+from ..settings import BY_FIELD, memory_fields
 
 FORMAT = "hermes-video-memory"
 FORMAT_VERSION = 1
@@ -39,8 +40,8 @@ LAYER_FIELDS = ("keys", "values", "kind", "token_id", "frame", "patch", "positio
 META_DTYPES = {"kind": torch.int8, "token_id": torch.int64, "frame": torch.int64, "patch": torch.int64,
                "positions": torch.int64}
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
-# Settings that shape what the memory holds: a snapshot continues only under the same ones.
-MEMORY_SETTINGS = ("budget", "chunk_frames", "fps", "reindex", "reindex_margin", "pseudo_query")
+# Settings that shape what the memory holds (the schema's MEMORY role): a snapshot continues only under the same ones.
+MEMORY_SETTINGS = memory_fields()
 
 
 class SnapshotError(Exception):
@@ -381,8 +382,9 @@ def check_fits(snap: Snapshot, session, *, accept_policy: bool = False, convert_
                                 f"{ours.get(key)!r} — pass --accept-policy to continue with the new parameters")
     config = dataclasses.asdict(session.config)
     for key in MEMORY_SETTINGS:
-        if config[key] != snap.state["config"].get(key):
-            raise SnapshotError(f"{path} was made with {key}={snap.state['config'].get(key)!r}, this session has "
+        saved = snap.state["config"].get(key, BY_FIELD[key].default)  # absent: saved before the setting existed
+        if config[key] != saved:
+            raise SnapshotError(f"{path} was made with {key}={saved!r}, this session has "
                                 f"{config[key]!r} — pass --accept-policy to continue with the new setting")
 
 

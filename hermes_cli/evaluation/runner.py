@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, TextIO
 
-from .. import defaults
 from ..frames import Frame, FrameSource, SourceStats
+from ..settings import SettingsGroup, fingerprinted, settings_group
 from .annotations import AnnotationSet, Question, Video
 from .answers import LENIENT_THRESHOLD, format_question, lenient_match, parse_letter
 from .forward import (
@@ -54,31 +54,27 @@ class EvalError(Exception):
     """A problem with the run's inputs the user can fix (one line)."""
 
 
-@dataclass
-class EvalSettings:
-    """What a result depends on; records carry it, and resuming requires the same."""
+@settings_group("results", "eval", settings=fingerprinted("eval"))
+class EvalSettings(SettingsGroup):
+    """What a result depends on; records carry it, and resuming requires the same. The model,
+    memory and answer settings of ``hermes eval`` come from the schema (``hermes_cli/settings.py``),
+    at eval's defaults; ``reindex`` None: lazy when streaming, eager offline."""
 
-    model: str
-    policy: str = defaults.POLICY
-    budget: int = defaults.EVAL_BUDGET
-    policy_opts: list[str] = field(default_factory=list)
-    fps: float = defaults.FPS
-    chunk: int = defaults.CHUNK_FRAMES
-    reindex: str = defaults.REINDEX
-    reindex_spacing: str = defaults.REINDEX_SPACING
-    pseudo_query: str = defaults.PSEUDO_QUERY
-    pseudo_query_history: bool = True  # the official protocol: pseudo-queries follow earlier answers
-    penalise_prompt: bool = False
     protocol: str = "streaming"
-    history: bool = False
-    max_new_tokens: int | None = None  # None: 16 for multiple choice, 128 for open-ended
     npy_fps: float = 1.0  # frame rate of videos stored as .npy frame arrays
-    max_pixels: int | None = None  # Qwen-VL frame area cap (None: the model's own setting)
+
+    def __post_init__(self) -> None:
+        if self.reindex is None:
+            object.__setattr__(self, "reindex", default_reindex(self.protocol))
 
     def fingerprint(self) -> dict:
-        d = asdict(self)
-        d["policy_opts"] = sorted(self.policy_opts)
+        d = self.values()
+        d["policy_opts"] = sorted(d.pop("policy_opt"))  # the key results files have always used
         return d
+
+    def session_values(self) -> dict:
+        """The settings a session of this run is built from (setting name → value)."""
+        return self.values()
 
 
 def default_protocol(aset: AnnotationSet) -> str:
