@@ -163,8 +163,6 @@ class Hub:
                 self._reserved -= 1
 
     def _stream_settings(self, body: dict):
-        from ..cli.factory import SessionSettings
-
         base = self.settings.session
         changes: dict = {}
         if "policy" in body:
@@ -189,7 +187,7 @@ class Hub:
                 raise Refused(422, 'policy_opt must be an object of parameter values, e.g. {"alpha": 0.4}')
             changes["policy_opt"] = tuple(f"{k}={_option_text(v)}" for k, v in opts.items())
         given = {k for k in ("policy", "budget", "fps", "chunk") if k in body}
-        return SessionSettings(base.model, dataclasses.replace(base.memory, **changes), base.answers), given
+        return base.replace(**changes), given
 
     @staticmethod
     def _notifier(spec: object):
