@@ -119,7 +119,8 @@ def serve(
             for server in self.servers:
                 for sock in server.sockets:
                     address = sock.getsockname()
-                    err.print(f"hermes serve · {engine.adapter.name} · listening on http://{host}:{address[1]}"
+                    shown = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
+                    err.print(f"hermes serve · {engine.adapter.name} · listening on http://{shown}:{address[1]}"
                               f"{'' if api_key else ' (no API key: loopback only)'}", soft_wrap=True, highlight=False)
                     return
 
