@@ -313,7 +313,9 @@ class ServerFrames:
 
     @property
     def is_live(self) -> bool:
-        return self.stream.is_live
+        """False: nothing is read here (a waiting prompt asks the server's memory, not frames read
+        locally; the server paces and times its source)."""
+        return False
 
     @property
     def duration_s(self) -> float | None:
