@@ -15,7 +15,7 @@ from hermes_cli.cli.main import app
 from hermes_cli.settings import reference
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
-COMMANDS = ["watch", "chat", "bench", "eval", "models", "policies", "logs", "pull"]
+COMMANDS = ["watch", "chat", "bench", "eval", "serve", "models", "policies", "logs", "pull"]
 HEADER = """# Command-line reference
 
 Generated from `hermes COMMAND --help` (regenerate with `UPDATE_DOCS=1 pytest tests/test_docs.py`).

@@ -22,7 +22,7 @@ LAYERS = [
     ("hermes_cli.engine",),
     ("hermes_cli.app",),
     ("hermes_cli.bench", "hermes_cli.evaluation"),
-    ("hermes_cli.cli",),
+    ("hermes_cli.cli", "hermes_cli.serve"),  # serve builds streams from the CLI's settings
     ("hermes_cli.__main__",),
 ]
 

@@ -17,6 +17,7 @@ from .eval import evaluate
 from .info import list_models, list_policies
 from .logs import logs
 from .pull import pull
+from .serve import serve
 from .watch import chat, watch
 
 app = typer.Typer(
@@ -77,7 +78,7 @@ class _Command(typer.core.TyperCommand):
 
 
 for _name, _function in (("watch", watch), ("chat", chat), ("models", list_models), ("policies", list_policies),
-                         ("bench", bench), ("eval", evaluate), ("logs", logs),
+                         ("bench", bench), ("eval", evaluate), ("serve", serve), ("logs", logs),
                          ("pull", pull)):
     app.command(_name, cls=_Command)(_function)
 

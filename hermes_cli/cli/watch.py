@@ -153,6 +153,9 @@ def chat(
     source: Annotated[str | None, typer.Argument(metavar="SOURCE", help="A live URL (rtsp, rtmp, tcp, udp, http) — or, with --webcam, a camera device.")] = None,
     webcam: Annotated[bool, typer.Option("--webcam", help="Watch a camera (default: this platform's first camera).")] = False,
     list_devices: Annotated[bool, typer.Option("--list-devices", help="List the cameras found and exit.")] = False,
+    server: Annotated[str | None, typer.Option("--server", metavar="URL", help="Talk to a stream of a `hermes serve` server instead (with --stream ID).")] = None,
+    stream_id: Annotated[str | None, typer.Option("--stream", metavar="ID", help="With --server: the stream to talk about (GET /v1/streams lists them).")] = None,
+    api_key: Annotated[str | None, typer.Option("--api-key", metavar="KEY", envvar="HERMES_API_KEY", help="With --server: the server's API key.")] = None,
     model_options: ModelOptions = ModelOptions(),
     memory_options: MemoryOptions = MemoryOptions(),
     answer_options: AnswerOptions = AnswerOptions(),
@@ -173,6 +176,7 @@ def chat(
       hermes chat --webcam /dev/video2 --model Qwen/Qwen2.5-VL-3B-Instruct
       hermes chat rtsp://camera.local/stream
       hermes chat --memory lecture.safetensors   (ask about a saved memory; see watch --save-memory)
+      hermes chat --server http://127.0.0.1:8000 --stream s1   (a stream of `hermes serve`)
     """
     set_debug(output.debug)
     set_verbosity(output.quiet_, output.verbose_)
@@ -180,6 +184,10 @@ def chat(
     from ..sources import default_camera, devices_hint
     from ..sources import list_devices as find_cameras
 
+    if server is not None or stream_id is not None:
+        chat_with_server(server, stream_id, api_key, json_out=json_out,
+                         max_new_tokens=answer_options.max_new_tokens if "max_new_tokens" in given_options(ctx) else None)
+        return
     if list_devices:
         cameras = find_cameras()
         for camera in cameras:
@@ -208,6 +216,28 @@ def chat(
         snapshots.finish()
     finally:
         engine.stop()
+
+
+def chat_with_server(url: str | None, stream_id: str | None, api_key: str | None, *, json_out: bool,
+                     max_new_tokens: int | None = None) -> None:
+    """``hermes chat --server URL --stream ID``: the prompt (or plain lines) on a server's stream."""
+    if not url or not stream_id:
+        raise UserError("--server URL and --stream ID go together (GET URL/v1/streams lists the streams)")
+    if not url.startswith(("http://", "https://")):
+        raise UserError(f"--server must be an http:// or https:// URL, got {url!r}")
+    try:
+        from ..serve.client import RemoteStream, ServerError, ServerFrames
+    except ImportError:
+        raise UserError("hermes chat --server needs httpx2: pip install 'hermes-video[serve]'") from None
+    try:
+        stream = RemoteStream(url, stream_id, api_key=api_key, max_new_tokens=max_new_tokens)
+    except ServerError as exc:
+        raise UserError(f"{url}: {exc}") from None
+    try:
+        mode = "prompt" if sys.stdin.isatty() and sys.stdout.isatty() and not json_out else "lines"
+        run_mode(mode, stream, ServerFrames(stream), [], json_out=json_out, pace=False)
+    finally:
+        stream.close()
 
 
 def answer_record(result, frames: FrameSource | None = None) -> dict:
