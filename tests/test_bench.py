@@ -388,3 +388,18 @@ def test_soak_streams_through_the_engine_and_accounts_for_every_frame():
     assert counts["frames_dropped"] == 0 and counts["answers"] == 3  # one question at 8, 16 and 24 frames
     assert [p["frames"] for p in result["points"]] == [8, 16, 24]
     assert all(p["cache_tokens"] <= 24 for p in result["points"]) and result["chunk_ms_max"] > 0
+
+
+def test_notify_records_the_probes_cost_per_chunk(app):
+    """Issue 23: --notify N probes N conditions after every chunk; each record gets
+    notify_ms_per_chunk and notify_fraction (probe time over prefill time); without it, None."""
+    args = ["bench", "--model", "tiny", "--frames", "8,16", "--policies", "hermes", "--chunk", "4",
+            "--size", "56x56", "--repeats", "1", "--warmup", "0", "--max-new-tokens", "2", "--json"]
+    with_probes = json_lines(runner.invoke(app, [*args, "--notify", "2"]).stdout)
+    without = json_lines(runner.invoke(app, args).stdout)
+    assert [r["frames"] for r in with_probes] == [8, 16]
+    for r in with_probes:
+        assert r["notify_conditions"] == 2 and r["notify_ms_per_chunk"] > 0
+        assert r["notify_fraction"] == pytest.approx(r["notify_ms_per_chunk"] * r["chunks"] / r["prefill_ms_total"],
+                                                     rel=0.01)
+    assert all(r["notify_ms_per_chunk"] is None and r["notify_fraction"] is None for r in without)

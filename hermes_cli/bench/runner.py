@@ -93,6 +93,10 @@ class BenchRecord:
     bare_prefill_ms: float | None = None
     bare_token_ms: float | None = None
     token_ms: float | None = None  # our greedy step timed beside the bare one (same moment)
+    # --notify N: N conditions probed after every chunk (probes only: none fires)
+    notify_conditions: int = 0
+    notify_ms_per_chunk: float | None = None  # the probes' forward after a chunk
+    notify_fraction: float | None = None  # probe time / prefill time over the same chunks
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -286,14 +290,31 @@ class BenchInterrupted(HermesError):
         self.records = records
 
 
+NOTIFY_CONDITIONS = ("a person enters", "a door opens", "someone waves", "the light changes",
+                     "a car passes", "something falls", "a dog appears", "the screen changes")
+
+
+def bench_notifier(count: int):
+    """``count`` --notify conditions whose probes run after every chunk and never fire (an
+    on-threshold of 1), so the cost measured is the probes' alone; None for 0."""
+    if count <= 0:
+        return None
+    from ..engine.notify import Notifier, NotifySettings
+
+    names = [NOTIFY_CONDITIONS[i % len(NOTIFY_CONDITIONS)] + ("" if i < len(NOTIFY_CONDITIONS) else f" ({i})")
+             for i in range(count)]
+    return Notifier(names, NotifySettings(threshold=1.0, margin=1.0))
+
+
 def run_policy(engine, policy_name: str, steps: list[int], *, budget: int | None, chunk: int, fps: float,
                frames: Iterator[tuple[np.ndarray, float]], repeats: int, warmup: int, max_new_tokens: int,
                question: str = DEFAULT_QUESTION, policy_options: dict | None = None,
                progress: ProgressFn | None = None, records: list[BenchRecord] | None = None,
                pseudo_query: str = defaults.PSEUDO_QUERY, kv_bits: int = defaults.KV_BITS,
-               profile: bool = False) -> list[BenchRecord]:
+               profile: bool = False, notify_conditions: int = 0) -> list[BenchRecord]:
     """One continuing stream on ``engine`` under ``policy_name``, paused at each step to answer;
-    a record per step.
+    a record per step. ``notify_conditions``: that many ``--notify`` conditions probed after every chunk
+    (their cost in ``notify_ms_per_chunk`` and ``notify_fraction``; set so that none fires).
 
     Frames are read here and submitted to the stream's queue (bounded: two chunks), so reading
     the next chunk overlaps the engine's prefill of this one. ``profile``: each record also gets
@@ -312,7 +333,8 @@ def run_policy(engine, policy_name: str, steps: list[int], *, budget: int | None
                            pseudo_query=pseudo_query, kv_bits=kv_bits)
     reset_peak_memory(device)
     baseline = current_memory_bytes(device)
-    stream = open_stream(engine, make_policy(policy_name, **(policy_options or {})), config)
+    stream = open_stream(engine, make_policy(policy_name, **(policy_options or {})), config,
+                         notifier=bench_notifier(notify_conditions))
     events = stream.subscribe()
     records = [] if records is None else records
     first = len(records)
@@ -352,6 +374,7 @@ def run_policy(engine, policy_name: str, steps: list[int], *, budget: int | None
                 floor = engine.call(stream.id, measure_floor)
             prefill = sum(r["prefill_ms"] for r in reports)
             compress = sum(r["compress_ms"] for r in reports)
+            probes = sum(r["notify_ms"] for r in reports)
             records.append(BenchRecord(
                 policy=policy_name,
                 frames=fed,
@@ -383,6 +406,9 @@ def run_policy(engine, policy_name: str, steps: list[int], *, budget: int | None
                 bare_prefill_ms=None if floor is None else floor.bare_prefill_ms,
                 bare_token_ms=None if floor is None else floor.bare_token_ms,
                 token_ms=None if floor is None else floor.token_ms,
+                notify_conditions=notify_conditions,
+                notify_ms_per_chunk=probes / max(len(reports), 1) if notify_conditions else None,
+                notify_fraction=(probes / prefill if prefill > 0 else 0.0) if notify_conditions else None,
             ))
             notify({"phase": "measured", "policy": policy_name, "frames": fed, "step": step, "record": records[-1]})
     finally:
@@ -438,7 +464,7 @@ def run_bench(adapter, policies: list[str], steps: list[int], *, budget: int | N
               synthetic_vision: bool = False, question: str = DEFAULT_QUESTION,
               policy_options: dict[str, dict] | None = None, progress: ProgressFn | None = None,
               pseudo_query: str = defaults.PSEUDO_QUERY, kv_bits: int = defaults.KV_BITS,
-              profile: bool = False) -> list[BenchRecord]:
+              profile: bool = False, notify: int = 0) -> list[BenchRecord]:
     """Benchmark each policy on one growing stream; records in policy order, then stream length.
 
     One engine serves every policy's stream in turn. With ``warmup``, one unmeasured chunk is
@@ -464,7 +490,7 @@ def run_bench(adapter, policies: list[str], steps: list[int], *, budget: int | N
                 engine, name, steps, budget=budget, chunk=chunk, fps=fps, frames=make_frames(),
                 repeats=repeats, warmup=warmup, max_new_tokens=max_new_tokens, question=question,
                 policy_options=(policy_options or {}).get(name), progress=progress, records=records,
-                pseudo_query=pseudo_query, kv_bits=kv_bits, profile=profile,
+                pseudo_query=pseudo_query, kv_bits=kv_bits, profile=profile, notify_conditions=notify,
             )
     except KeyboardInterrupt:
         raise BenchInterrupted(records) from None

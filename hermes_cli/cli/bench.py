@@ -93,6 +93,11 @@ class BenchEngineOptions:
         help="Instead: for each count B, B streams of the longest step's frames, then a question on each at "
         "once, decoded together in one batch (first policy only); report decode_tokens_per_s. E.g. 1,8.",
     )] = None
+    notify: Annotated[int, typer.Option(
+        "--notify", metavar="N", min=0,
+        help="Probe N --notify conditions after every chunk (none fires); each record gets notify_ms_per_chunk "
+        "and notify_fraction (probe time / prefill time).",
+    )] = 0
 
 
 @option_group("output", "bench")
@@ -137,7 +142,8 @@ def bench(
     One engine, many streams: --streams 1,4 feeds that many streams at once (one record per
     count: streams, ingest_frames_per_s, rss_bytes, kv_bytes_per_stream,
     rss_growth_per_stream_vs_kv); --concurrent-questions 1,8 asks one question on each of B
-    streams at once (one record per count: batch, decode_tokens_per_s).
+    streams at once (one record per count: batch, decode_tokens_per_s). --notify N probes N
+    conditions after every chunk: each record gets notify_ms_per_chunk and notify_fraction.
 
     \b
     Examples:
@@ -184,7 +190,7 @@ def bench(
     try:
         records = _run(adapter, names, steps, budget, s.chunk, s.fps, a.repeats, a.warmup, a.max_new_tokens,
                        a.question, frame_source, s.synthetic_vision, json_out=o.json_out, console=err,
-                       pseudo_query=s.pseudo_query, kv_bits=s.kv_bits, profile=o.profile)
+                       pseudo_query=s.pseudo_query, kv_bits=s.kv_bits, profile=o.profile, notify=engine.notify)
     except BenchInterrupted as exc:
         records, interrupted = exc.records, True
         _say(f"[yellow]interrupted[/]: {len(records)} step(s) measured — reporting those")
@@ -468,7 +474,7 @@ def _describe(adapter, synthetic_vision, names, steps, budget, chunk) -> list[st
 
 
 def _run(adapter, names, steps, budget, chunk, fps, repeats, warmup, max_new_tokens, question, frame_source,
-         synthetic_vision, *, json_out, console, pseudo_query, kv_bits=defaults.KV_BITS, profile=False):
+         synthetic_vision, *, json_out, console, pseudo_query, kv_bits=defaults.KV_BITS, profile=False, notify=0):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..bench.runner import run_bench
@@ -506,7 +512,7 @@ def _run(adapter, names, steps, budget, chunk, fps, repeats, warmup, max_new_tok
             return run_bench(adapter, names, steps, budget=budget, chunk=chunk, fps=fps, repeats=repeats,
                              warmup=warmup, max_new_tokens=max_new_tokens, frames=frame_source,
                              synthetic_vision=synthetic_vision, question=question, progress=on_event,
-                             pseudo_query=pseudo_query, kv_bits=kv_bits, profile=profile)
+                             pseudo_query=pseudo_query, kv_bits=kv_bits, profile=profile, notify=notify)
     except ValueError as exc:
         raise UserError(str(exc).splitlines()[0]) from exc
 

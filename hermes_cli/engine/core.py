@@ -609,7 +609,8 @@ class Engine:
                                      "encode_ms": round(report.encode_ms, 3),
                                      "compress_ms": round(report.compress_ms, 3),
                                      "pseudo_query_ms": round(report.pseudo_query_ms, 3),
-                                     "compressed": report.compressed, "folded": report.folded})
+                                     "compressed": report.compressed, "folded": report.folded,
+                                     "notify_ms": round(report.notify_ms, 3)})
             if report.compressed:
                 self._emit(st, "compress", {"compress_ms": round(report.compress_ms, 3),
                                             "tokens_per_layer": st.session.cache.length})
