@@ -10,7 +10,6 @@ from .settings import DTYPES, PSEUDO_QUERY_MODES, REINDEX_MODES, REINDEX_SPACING
 
 __all__ = ["DTYPES", "KV_BITS_CHOICES", "PSEUDO_QUERY_MODES", "REINDEX_MODES", "REINDEX_SPACINGS", "SYSTEM_PROMPT"]
 
-POLICY = default("policy")
 BUDGET = default("budget")  # stream tokens kept per decoder layer
 CHUNK_FRAMES = default("chunk")
 FPS = default("fps")
@@ -24,8 +23,6 @@ REINDEX_SPACING = default("reindex_spacing")  # paper Eq. 11; "interval" keeps M
 KV_BITS = default("kv_bits")  # bits per stored key/value element: 16 = the model's dtype; 8 = int8 + scales
 KV_BITS_CHOICES = (16, 8)
 
-# hermes eval: the papers' settings
-EVAL_BUDGET = default("budget", "eval")
 
 # hermes bench
 BENCH_POLICIES = "hermes,infinipot,fifo,full"

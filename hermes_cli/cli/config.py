@@ -31,8 +31,6 @@ def keys(commands: tuple[str, ...] = COMMANDS) -> dict[str, type | tuple[type, .
     return {s.name: TOML_TYPES[s.kind] for s in SETTINGS if s.config and any(c in s.commands for c in commands)}
 
 
-KEYS = keys()
-
 
 def config_path() -> Path:
     """Where the config file is looked for."""

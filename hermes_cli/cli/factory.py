@@ -61,10 +61,6 @@ class ModelSettings(SettingsGroup):
 class MemorySettings(SettingsGroup):
     """The memory policy and how the stream fills the memory."""
 
-    @property
-    def policy_opts(self) -> tuple[str, ...]:  # the name before the schema
-        return self.policy_opt
-
     def policy_options(self) -> dict:
         from policies import parse_option
 
