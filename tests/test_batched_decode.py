@@ -78,3 +78,31 @@ def test_rows_leave_the_batch_at_different_steps(tiny_qwen):
     assert [o.answer.tokens for o in opened] == [a.tokens for a in solo]
     for o in opened:
         o.close()
+
+
+def test_a_row_that_raises_in_a_batched_step_leaves_the_other_rows_exact(tiny_qwen):
+    """One answer's own fault mid-batch: it gets the exception, the others' tokens are those of
+    decoding each alone (no row steps twice or loses its token)."""
+    solo = [s.answer(QUESTIONS[i], max_new_tokens=8) for i, s in enumerate(streams(tiny_qwen, 3))]
+    sessions = streams(tiny_qwen, 3)
+    opened = [s.open_answer(QUESTIONS[i], max_new_tokens=8) for i, s in enumerate(sessions)]
+    for o in opened:
+        o.start()
+    take, calls = opened[1].decode.take, [0]
+
+    def failing(logits):
+        calls[0] += 1
+        if calls[0] == 2:
+            raise RuntimeError("row 1's bug")
+        return take(logits)
+
+    opened[1].decode.take = failing
+    batch, failed = BatchDecoder(tiny_qwen), []
+    while active := [o for o in opened if not o.done and o not in failed]:
+        for o, result in zip(active, batch.step([o.decode for o in active])):
+            if isinstance(result, Exception):
+                failed.append(o)
+    assert failed == [opened[1]]
+    assert opened[0].answer.tokens == solo[0].tokens and opened[2].answer.tokens == solo[2].tokens
+    for o in opened:
+        o.close()

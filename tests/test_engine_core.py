@@ -76,8 +76,12 @@ def feed(stream, i, answers, errors, source_fault_at=None):
         errors.append(str(exc))
 
 
-def run_together(adapter, policies, **faults):
-    with Engine(adapter) as engine:
+def run_together(adapter, policies, *, max_batch=1, **faults):
+    """The streams interleaved on one engine. ``max_batch=1``: open answers take their decode
+    steps in turn, each alone — bit-identical to decoding it alone; a batched step computes the
+    same greedy tokens in another floating-point order, so a near-tie could pick another token
+    (tests/test_batched_decode.py pins that the tokens agree)."""
+    with Engine(adapter, max_batch=max_batch) as engine:
         streams = [open_stream(engine, make_policy(p), config(p)) for p in policies]
         for fault in faults.get("setup", []):
             fault(engine, streams)
@@ -122,7 +126,8 @@ class FailingPolicy:
 
 
 def break_answers(engine, streams):
-    """Stream 2's answers raise at their third token."""
+    """Stream 2's answers raise at their second token (the first decode step: the first token
+    comes from the question's own prefill, computed alone, so it is always reached)."""
     def patch(session):
         opener = session.open_answer
 
@@ -132,7 +137,7 @@ def break_answers(engine, streams):
 
             def failing_take(logits):
                 count[0] += 1
-                if count[0] == 3:
+                if count[0] == 2:
                     raise RuntimeError("decoding bug")
                 return take(logits)
 

@@ -119,22 +119,36 @@ class AnswerDecode:
                 self.answer.tpot_ms = (self._step_times[-1] - first) / len(self._step_times) * 1e3
 
 
-def decode_batch(adapter: ModelAdapter, view: BatchView, decodes: Sequence[AnswerDecode]) -> list[str]:
+def decode_batch(adapter: ModelAdapter, view: BatchView, decodes: Sequence[AnswerDecode]) -> list[str | Exception]:
     """One token for each of ``decodes`` (open answers on different streams, in ``view``'s row
     order) in one forward: the streams' caches as one padded batch with a key mask and per-row
     positions. Each stream's own cache gets its token appended (and recorded), as a step alone
-    would; returns each answer's new text."""
+    would; returns each answer's new text — or the exception its own ``take`` raised (the other
+    rows are unaffected). If the forward itself fails, every row's cache is rolled back to where
+    it was before the step and the exception is raised."""
     embeds = torch.cat([d.next_embeds for d in decodes if d.next_embeds is not None], dim=0)
     wheres = [d.next_where for d in decodes if d.next_where is not None]
     if embeds.shape[0] != len(decodes) or len(wheres) != len(decodes):
         raise RuntimeError("every answer in a batch step needs its next token")
-    ids = [d.cache.new_ids(1) for d in decodes]
-    hidden = adapter.forward_rows(embeds, wheres, view, attention_mask=view.step_mask())
+    marks = [d.cache.mark() for d in decodes]
+    try:
+        ids = [d.cache.new_ids(1) for d in decodes]
+        hidden = adapter.forward_rows(embeds, wheres, view, attention_mask=view.step_mask())
+        for d, first_id, where in zip(decodes, ids, wheres, strict=True):
+            d.cache.record(TokenMeta.new(KIND_TEXT, first_id, where))
+        logits = adapter.logits(hidden[:, -1])
+    except BaseException:
+        for d, mark in zip(decodes, marks, strict=True):
+            d.cache.rollback(mark)
+        raise
     view.advance()
-    for d, first_id, where in zip(decodes, ids, wheres, strict=True):
-        d.cache.record(TokenMeta.new(KIND_TEXT, first_id, where))
-    logits = adapter.logits(hidden[:, -1])
-    return [d.take(logits[b]) for b, d in enumerate(decodes)]
+    results: list[str | Exception] = []
+    for b, d in enumerate(decodes):
+        try:
+            results.append(d.take(logits[b]))
+        except Exception as exc:  # this row's fault alone
+            results.append(exc)
+    return results
 
 
 def greedy_answer(adapter: ModelAdapter, cache: StreamingCache, positions: PositionTracker, prompt: Tensor,
@@ -186,11 +200,15 @@ class BatchDecoder:
         self._view: BatchView | None = None
         self._rows: list[int] = []
 
-    def step(self, decodes: Sequence[AnswerDecode]) -> list[str]:
-        """One token for each answer (none may be done); their new text, in order."""
+    def step(self, decodes: Sequence[AnswerDecode]) -> list[str | Exception]:
+        """One token for each answer (none may be done); their new text, in order (or the
+        exception a row's own step raised: see ``decode_batch``)."""
         if len(decodes) == 1:
             self.reset()
-            return [decodes[0].step()]
+            try:
+                return [decodes[0].step()]
+            except Exception as exc:
+                return [exc]
         rows = [id(d) for d in decodes]
         if self._view is None or rows != self._rows:
             self._view = BatchView([d.cache for d in decodes])
