@@ -430,3 +430,12 @@ def test_notify_conditions_become_notification_events(http, server):
     for bad in (["x"] * 9, [""], {"conditions": ["x"], "threshold": 2}, {"conditions": ["x"], "loud": 1}, "x"):
         reply = http.post("/v1/streams", json={"source": "short.mp4", "notify": bad})
         assert reply.status_code == 422 and "notify" in reply.json()["error"]["message"], bad
+
+
+def test_the_memory_map_of_a_stream_shorter_than_one_chunk(http):
+    sid = open_stream(http, source="short.mp4", chunk=16, budget=64)  # 8 frames: one partial chunk, flushed
+    wait_state(http, sid)
+    reply = http.get(f"/v1/streams/{sid}", params={"memory_map": "true"})
+    assert reply.status_code == 200, reply.text
+    mapped = reply.json()["memory_map"]
+    assert len(mapped["units"]) == 4 and mapped["recent_from_s"] == mapped["units"][0][0]

@@ -8,8 +8,15 @@ from typing import Annotated
 import typer
 
 from .console import UserError, err, set_debug, set_verbosity
-from .groups import AnswerOptions, MemoryOptions, ModelOptions, OutputOptions, session_settings, with_option_groups
-from .options import ReconnectOpt
+from .groups import (
+    AnswerOptions,
+    ChatOutputOptions,
+    MemoryOptions,
+    ModelOptions,
+    SourceOptions,
+    session_settings,
+    with_option_groups,
+)
 
 
 def _folder(option: str, value: str | None) -> Path | None:
@@ -37,11 +44,11 @@ def serve(
     restore: Annotated[str | None, typer.Option("--restore", metavar="DIR", help="At start, reopen every stream saved in DIR (by --save-on-exit).")] = None,
     autosave_every: Annotated[str, typer.Option("--autosave-every", metavar="TIME", help='How often streams opened with "autosave": true save.')] = "60s",
     keepalive: Annotated[str, typer.Option("--keepalive", metavar="TIME", help="SSE keep-alive comment interval.")] = "15s",
-    reconnect: ReconnectOpt = None,
     model_options: ModelOptions = ModelOptions(),
     memory_options: MemoryOptions = MemoryOptions(),
     answer_options: AnswerOptions = AnswerOptions(),
-    output: OutputOptions = OutputOptions(),
+    source_options: SourceOptions = SourceOptions(),
+    output: ChatOutputOptions = ChatOutputOptions(),
 ) -> None:
     """Serve the model over HTTP: open streams, ask about them with any OpenAI client.
 
@@ -66,6 +73,7 @@ def serve(
         raise UserError(str(exc)) from None
     try:
         autosave_s, keepalive_s = parse_time(autosave_every), parse_time(keepalive)
+        reconnect = source_options.reconnect
         reconnect_s = None if reconnect is None else parse_time(reconnect)
     except ValueError as exc:
         raise UserError(str(exc)) from None
@@ -111,7 +119,8 @@ def serve(
             for server in self.servers:
                 for sock in server.sockets:
                     address = sock.getsockname()
-                    err.print(f"hermes serve · {engine.adapter.name} · listening on http://{host}:{address[1]}"
+                    shown = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
+                    err.print(f"hermes serve · {engine.adapter.name} · listening on http://{shown}:{address[1]}"
                               f"{'' if api_key else ' (no API key: loopback only)'}", soft_wrap=True, highlight=False)
                     return
 
