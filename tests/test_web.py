@@ -251,8 +251,9 @@ def test_page_opens_a_stream_draws_its_memory_answers_and_notifies(browser, serv
     try:
         page.goto(server.url + "/")
         page.wait_for_selector("#stream-select")
+        page.wait_for_selector("#open-panel[open]")  # nothing open yet: the form shows
         page.fill("#source", "clip.mp4")
-        page.click("summary")
+        page.click("#open-options > summary")
         page.fill("#opt-fps", "2")
         page.fill("#opt-chunk", "4")
         page.fill("#opt-budget", "24")
@@ -347,3 +348,52 @@ def test_page_asks_for_the_key_once_and_every_call_carries_it(browser, keyed):
         page.evaluate("sessionStorage.clear()")
     finally:
         watched.close()
+
+
+# -- hermes watch SOURCE --web [PORT] ------------------------------------------------------------------
+def test_web_without_a_port_means_any_free_port():
+    from hermes_cli.cli.web import optional_port
+
+    assert optional_port(["watch", "a.mp4", "--web"]) == ["watch", "a.mp4", "--web=0"]
+    assert optional_port(["watch", "--web", "a.mp4"]) == ["watch", "--web=0", "a.mp4"]
+    assert optional_port(["watch", "a.mp4", "--web", "8123"]) == ["watch", "a.mp4", "--web", "8123"]
+    assert optional_port(["watch", "--", "--web"]) == ["watch", "--", "--web"]  # after --: a file named --web
+    assert optional_port(["serve", "--web"]) == ["serve", "--web"]  # only watch has --web
+
+
+@pytest.mark.slow
+def test_watch_web_prints_the_address_of_the_page_on_its_stream(media, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "hermes_cli", "watch", str(media / "short.mp4"), "--model", "tiny",
+                                "--fps", "2", "--chunk", "4", "--web"], cwd=tmp_path, env=env, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        line = ""
+        for line in process.stderr:
+            if "web view" in line:
+                break
+        found = re.search(r"(http://127\.0\.0\.1:\d+)/\?stream=(\S+)", line)
+        assert found, line
+        url, sid = found.groups()
+        with httpx.Client(base_url=url, timeout=30) as client:
+            assert "Content-Security-Policy" in client.get("/").headers
+            deadline = time.monotonic() + 60
+            while client.get(f"/v1/streams/{sid}").json()["state"] == "live":
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            memory = client.get(f"/v1/streams/{sid}/memory").json()
+            assert memory["end_s"] == pytest.approx(4.0) and memory["group_rows"]
+            assert client.get(f"/v1/streams/{sid}/frame.jpg").status_code == 200
+            saved = client.post(f"/v1/streams/{sid}/snapshot", json={"name": "kept"}).json()
+            assert Path(saved["path"]) == tmp_path / "kept.safetensors"  # memories go to the current folder
+        process.send_signal(signal.SIGINT)
+        assert process.wait(30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -82,6 +82,9 @@ for _name, _function in (("watch", watch), ("chat", chat), ("models", list_model
 def main() -> None:
     """Entry point: run the app; user errors become one line on stderr and exit code 2."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from .web import optional_port
+
+    sys.argv[1:] = optional_port(sys.argv[1:])  # `watch --web` with no port
     try:
         app()
     except UserError as exc:

@@ -145,6 +145,7 @@
     const wanted = select !== undefined ? select : current;
     const pick = list.some((v) => v.id === wanted) ? wanted : (list[0] ? list[0].id : null);
     box.value = pick || "";
+    if (!list.length) $("open-panel").open = true;
     if (pick !== current) show(pick);
   }
 
@@ -272,7 +273,8 @@
     if (!$("per-layer").checked) {
       return memory.group_rows.map((row) => ({
         key: row.group, label: row.group,
-        detail: `layers ${row.layers[0]}–${row.layers[row.layers.length - 1]} · ${row.units_kept} of ${units} units`,
+        detail: `${row.layers.length === 1 ? `layer ${row.layers[0]}` :
+          `layers ${row.layers[0]}–${row.layers[row.layers.length - 1]}`} · ${row.units_kept} of ${units} units`,
         held: row.held, summary: row.summary_tokens, group: true,
       }));
     }
@@ -346,7 +348,7 @@
     }
     const [q, a, meta] = turn.el.children;
     q.textContent = turn.q;
-    a.textContent = turn.a || (turn.done || turn.note ? "" : "…");
+    a.textContent = turn.a.trim() || (turn.done || turn.note ? "" : "…");
     meta.textContent = turn.note || (turn.meta ? `at ${clock(turn.meta.stream_time_s)} · ${turn.meta.frames_seen} frames · TTFT ${ms(turn.meta.ttft_ms)}` : "");
     return turn.el;
   }
