@@ -382,6 +382,7 @@ def test_watch_web_prints_the_address_of_the_page_on_its_stream(media, tmp_path)
         url, sid = found.groups()
         with httpx.Client(base_url=url, timeout=30) as client:
             assert "Content-Security-Policy" in client.get("/").headers
+            assert client.get(f"/v1/streams/{sid}").json()["source"] == "short.mp4"  # by its name in the page
             deadline = time.monotonic() + 60
             while client.get(f"/v1/streams/{sid}").json()["state"] == "live":
                 assert time.monotonic() < deadline

@@ -48,7 +48,7 @@ def run_web(source: str, settings, notify_options, *, port: int, realtime: bool,
         path = Path(source).expanduser()
         if not path.is_file():
             raise UserError(f"no video file {source} (give a file, or a URL such as rtsp://…)")
-        media_root, target = path.resolve().parent, str(path.resolve())
+        media_root, target = path.resolve().parent, path.name  # the page lists it by its name
     body: dict = {"source": target, "realtime": realtime}
     conditions = notify_options.conditions()
     if conditions:

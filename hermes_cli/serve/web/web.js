@@ -432,7 +432,7 @@
           "aria-label": `the frame at ${clock(note.stream_time_s)}` });
         const words = el("div");
         words.append(el("strong", {}, note.notification), el("span", { class: "muted" },
-          ` at ${clock(note.stream_time_s)} · p ${note.p_yes.toFixed(2)}`), el("p", {}, note.text || ""));
+          ` at ${clock(note.stream_time_s)} · p(yes) ${note.p_yes.toFixed(2)}`), el("p", {}, note.text || ""));
         item.append(canvas, words);
         $("notifications").prepend(item);
         $("no-notes").hidden = true;
