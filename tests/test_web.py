@@ -275,6 +275,14 @@ def test_page_opens_a_stream_draws_its_memory_answers_and_notifies(browser, serv
         later = shares(page)
         assert later != first and len(later) == len(groups)  # cells change as the stream goes on
         assert page.locator("#frame-time").inner_text().startswith("at ")
+        page.check("#per-layer")  # per layer on demand
+        layers = sum(len(v) for v in server.hub.get(sid).client.memory_map().groups.values())
+        assert page.locator("#map .map-row[data-kind=layer]").count() == layers
+        page.uncheck("#per-layer")
+        assert page.locator("#map .map-row[data-kind=group]").count() == len(groups)
+        unlabelled = page.evaluate("""() => [...document.querySelectorAll('input, select, textarea')]
+            .filter(e => !e.labels || !e.labels.length).map(e => e.id)""")
+        assert unlabelled == [], unlabelled  # every control has its label
 
         page.wait_for_selector("#notifications .note", timeout=30000)  # threshold 0: the first probe fires
         note = page.locator("#notifications .note").first
@@ -297,12 +305,17 @@ def test_page_opens_a_stream_draws_its_memory_answers_and_notifies(browser, serv
         for readout in ("r-tokens", "r-kv", "r-lag", "r-rss"):
             assert page.locator(f"#{readout}").inner_text() != "—", readout
 
+        cancelled = http.get(f"/v1/streams/{sid}").json()["counts"]["answers_cancelled"]
         page.fill("#question", "And now, in a long answer?")
         page.press("#question", "Enter")
         page.wait_for_function("() => !document.getElementById('cancel-btn').disabled")
         page.keyboard.press("Escape")
-        page.wait_for_function("() => document.querySelector('#conversation .turn:last-child .meta').textContent"
-                               " === 'cancelled' || document.getElementById('cancel-btn').disabled")
+        page.wait_for_function("() => document.getElementById('cancel-btn').disabled")
+        assert page.locator("#conversation .turn:last-child .meta").inner_text() == "cancelled"
+        deadline = time.monotonic() + 10
+        while http.get(f"/v1/streams/{sid}").json()["counts"]["answers_cancelled"] == cancelled:
+            assert time.monotonic() < deadline, "the server did not cancel the answer the page let go"
+            time.sleep(0.05)
 
         page.click("#close-btn")
         page.wait_for_function("() => !new URL(location.href).searchParams.get('stream')")
