@@ -399,18 +399,20 @@ def test_the_interactive_prompt_runs_on_a_servers_stream(http, server):
     from hermes_cli.serve.client import RemoteStream, ServerFrames
     from tests.test_live import drive
 
-    sid = open_stream(http, source="short.mp4")
-    wait_state(http, sid)
+    sid = open_stream(http, source="short.mp4", realtime=True)  # still streaming when the prompt opens
     stream = RemoteStream(server.url, sid, max_new_tokens=4)
     try:
         assistant, text = drive(stream, ServerFrames(stream, poll_s=0.05),
-                                ["What is it?", "And then?", "/stats", "/memory", "/policy", "/pause", "/clear"])
+                                ["What is it?", "And then?", "/stats", "/memory", "/policy", "/pause", "/clear"],
+                                after_first_chunk=True)
         assert [q for q, _ in stream.history()] == []  # /clear came last
         assert stream.last_answer is not None and len(stream.last_answer.tokens) == 4
-        assert "8 frames" in text and "shallow" in text and "hermes (budget 24)" in text
-        assert http.get(f"/v1/streams/{sid}").json()["paused"] is True
+        assert "shallow" in text and "hermes (budget 24)" in text
+        assert http.get(f"/v1/streams/{sid}").json()["paused"] is True  # /pause reached the server
+        http.post(f"/v1/streams/{sid}/resume")
+        wait_state(http, sid)
         bar = toolbar_text(assistant.ingestor)
-        for readout in ("8 frames", "cache 24/24 tok", "chunk", "TTFT", "RSS"):
+        for readout in ("8 frames", "cache 24/24 tok", "chunk", "TTFT", "RSS"):  # the readouts of the stream now
             assert readout in bar
     finally:
         stream.close()

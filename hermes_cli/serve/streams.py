@@ -461,12 +461,6 @@ class Hub:
         self.saved = saved
         return saved
 
-    def describe_limits(self) -> dict:
-        s = self.settings
-        return {"max_streams": s.max_streams, "max_answers_per_stream": s.max_answers_per_stream,
-                "max_body_bytes": s.max_body_bytes, "max_question_chars": s.max_question_chars,
-                "max_tokens": s.max_tokens}
-
 
 def _flag(body: dict, key: str) -> bool:
     value = body.get(key, False)
