@@ -5,7 +5,8 @@ at most ``MAX_SIDE`` pixels by striding: no resampling, no copy of a full-size f
 ``ring`` of them are kept, because the reader runs ahead of the memory (the engine's queue plus
 the partial chunk). A ``notification`` event fires after the chunk that ends at its
 ``stream_time_s``: ``notified`` picks the newest kept frame at or before that time and encodes it
-once, so the page shows the frame of the moment it fired, even when opened later. JPEG with Pillow.
+once, so the page shows the frame of the moment it fired, even when opened later. A stream without
+``notify`` keeps only the latest frame. JPEG with Pillow.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class FrameKeeper:
 
     def __init__(self, ring: int = 64) -> None:
         self._lock = threading.Lock()
-        self._ring: deque[tuple[float, np.ndarray]] = deque(maxlen=max(2, ring))
+        self._ring: deque[tuple[float, np.ndarray]] = deque(maxlen=max(1, ring))
         self._latest_jpeg: tuple[float, bytes] | None = None
         self._notes: deque[tuple[int, dict, bytes | None]] = deque(maxlen=MAX_NOTIFICATIONS)
         self._count = 0

@@ -284,7 +284,7 @@ class Hub:
                 raise Refused(422, _field_text(str(exc))) from None
             raise
         entry = StreamEntry(sid, client, source, target, live, realtime and not live, oneoff, frames,
-                            kept=FrameKeeper(4 * settings.config().chunk_frames))  # the reader's lead, and more
+                            kept=FrameKeeper(4 * settings.config().chunk_frames if notifier is not None else 1))
         try:
             iterable: Any = frames
             snap = None if run is None else run.snapshot
