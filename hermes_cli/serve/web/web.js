@@ -174,7 +174,7 @@
     if (!sid) return;
     renderConversation();
     follow(sid);
-    refresh();
+    scheduleRefresh();
     loadNotifications(sid);
     pollTimer = setInterval(() => { if (current === sid) refresh(); }, 1000);
   }
@@ -198,7 +198,11 @@
     if (current === sid && !control.signal.aborted) scheduleRefresh();
   }
 
+  // The map is fetched when an event says the memory changed (chunk, compress, reindex …); the
+  // readouts and the frame are polled every second as well (frames arrive between chunks).
+  let memoryWanted = false;
   function scheduleRefresh() {
+    memoryWanted = true;
     if (refreshTimer) return;
     refreshTimer = setTimeout(() => { refreshTimer = null; refresh(); }, 150);
   }
@@ -208,13 +212,17 @@
     const sid = current;
     if (!sid || refreshing) return;
     refreshing = true;
+    const withMemory = memoryWanted;
+    memoryWanted = false;
     try {
       const [view, memory] = await Promise.all([getJSON(`/v1/streams/${enc(sid)}`),
-                                                getJSON(`/v1/streams/${enc(sid)}/memory`)]);
+        withMemory ? getJSON(`/v1/streams/${enc(sid)}/memory`) : Promise.resolve(null)]);
       if (current !== sid) return;
       renderReadouts(view);
-      lastMemory = memory;
-      renderMap(memory);
+      if (memory) {
+        lastMemory = memory;
+        renderMap(memory);
+      }
       if (view.frame_s !== null && view.frame_s !== drawnFrame) {
         drawnFrame = view.frame_s;
         await drawJpeg($("frame"), `/v1/streams/${enc(sid)}/frame.jpg`);
@@ -228,6 +236,7 @@
       }
     } finally {
       refreshing = false;
+      if (memoryWanted && current === sid) scheduleRefresh();
     }
   }
 
