@@ -328,6 +328,10 @@ def test_page_opens_a_stream_draws_its_memory_answers_and_notifies(browser, serv
             assert time.monotonic() < deadline, "the server did not cancel the answer the page let go"
             time.sleep(0.05)
 
+        page.fill("#save-name", "from-the-page")
+        page.click("#save-btn")
+        page.wait_for_function("() => document.getElementById('status').textContent.startsWith('memory saved to')")
+        assert (server.hub.settings.memory_root / "from-the-page.safetensors").is_file()
         page.click("#close-btn")
         page.wait_for_function("() => !new URL(location.href).searchParams.get('stream')")
         assert all(v["id"] != sid for v in http.get("/v1/streams").json()["data"])
