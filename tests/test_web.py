@@ -278,12 +278,15 @@ def test_page_opens_a_stream_draws_its_memory_answers_and_notifies(browser, serv
         def fetched(suffix: str) -> int:
             return sum(r.url.split("?")[0].endswith(suffix) for r in watched.requests)
 
-        http.post(f"/v1/streams/{sid}/pause")  # no chunk, no event: the map is not fetched again
+        page.click("#pause-btn")  # no chunk, no event: the map is not fetched again
+        page.wait_for_function("() => document.getElementById('pause-btn').textContent === 'Resume'")
+        assert http.get(f"/v1/streams/{sid}").json()["paused"] is True
         page.wait_for_timeout(600)  # (the page's own clock: Playwright records requests meanwhile)
         maps, views = fetched("/memory"), fetched(f"/streams/{sid}")
         page.wait_for_timeout(2500)
         assert fetched("/memory") == maps and fetched(f"/streams/{sid}") >= views + 2  # the readouts still poll
-        http.post(f"/v1/streams/{sid}/resume")
+        page.click("#pause-btn")
+        page.wait_for_function("() => document.getElementById('pause-btn').textContent === 'Pause'")
         page.wait_for_function("n => [...performance.getEntriesByType('resource')]"
                                ".filter(e => e.name.includes('/memory')).length > n", arg=maps, timeout=20000)
         page.check("#per-layer")  # per layer on demand

@@ -254,6 +254,9 @@
     const tokens = Math.max(0, ...(cache.stream_tokens_per_layer || [0]));
     const state = view.state + (view.paused ? " · paused" : "");
     $("state").textContent = state;
+    $("pause-btn").textContent = view.paused ? "Resume" : "Pause";
+    $("pause-btn").setAttribute("aria-pressed", String(view.paused));
+    $("pause-btn").disabled = view.state !== "live";
     $("state").dataset.state = view.state;
     $("r-time").textContent = `${clock(view.stream_time_s)} · ${view.frames_seen} frames`;
     $("r-tokens").textContent = `${tokens} / ${cache.budget === null ? "∞" : cache.budget}`;
@@ -497,6 +500,19 @@
     } catch (err) {
       say(`could not close ${sid}: ${err.message}`, true);
       loadStreams(sid).catch(() => {});
+    }
+  });
+
+  $("pause-btn").addEventListener("click", async () => {
+    if (!current) return;
+    const sid = current;
+    const verb = $("pause-btn").getAttribute("aria-pressed") === "true" ? "resume" : "pause";
+    try {
+      const view = await (await call(`/v1/streams/${enc(sid)}/${verb}`, { method: "POST" })).json();
+      if (current === sid) renderReadouts(view);
+      say(verb === "pause" ? `stream ${sid} paused: no frames are taken, answers still work` : `stream ${sid} resumed`);
+    } catch (err) {
+      say(`could not ${verb} ${sid}: ${err.message}`, true);
     }
   });
 
