@@ -440,3 +440,19 @@ def test_watch_web_prints_the_address_of_the_page_on_its_stream(media, tmp_path)
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_watch_web_refuses_what_the_page_does_instead(media):
+    from typer.testing import CliRunner
+
+    from hermes_cli.cli.console import UserError
+    from hermes_cli.cli.main import app
+
+    clip = str(media / "short.mp4")
+    for extra, said in ((["--ask", "What?"], "--web asks in the page"),
+                        (["--save-memory", str(media / "m.safetensors")], "--web does not take --save-memory"),
+                        (["--notify", "a dog", "--on-notify", "true"], "--web does not take --on-notify")):
+        result = CliRunner().invoke(app, ["watch", clip, "--model", "tiny", "--web=0", *extra])
+        assert isinstance(result.exception, UserError) and said in str(result.exception), (extra, result.output)
+    result = CliRunner().invoke(app, ["watch", str(media / "absent.mp4"), "--model", "tiny", "--web=0"])
+    assert isinstance(result.exception, UserError) and "no video file" in str(result.exception)

@@ -75,6 +75,12 @@ def watch(
 
         if questions:
             raise UserError("--web asks in the page: leave out --ask and --ask-at")
+        taken = [flag for flag, value in (("--memory", snapshot_options.memory), ("--save-memory", snapshot_options.save_memory),
+                                          ("--autosave", snapshot_options.autosave), ("--on-notify", notify_options.on_notify))
+                 if value]
+        if taken:
+            raise UserError(f"--web does not take {', '.join(taken)}: the page saves the memory (Save memory: "
+                            "NAME.safetensors in the current folder) and shows the notifications")
         settings.check()
         notify_options.check()
         reconnect = source_options.reconnect
