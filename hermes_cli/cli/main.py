@@ -88,6 +88,9 @@ def main() -> None:
     layer) is its one line on stderr and its ``exit_code`` (2 for what the user can fix, 130 after
     Ctrl-C); any other exception is a bug: one line naming it, exit code 1."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from .web import optional_port
+
+    sys.argv[1:] = optional_port(sys.argv[1:])  # `watch --web` with no port
     try:
         app()
     except HermesError as exc:

@@ -44,6 +44,7 @@ def watch(
     notify_options: NotifyOptions = NotifyOptions(),
     no_log: NoLogOpt = False,
     output: OutputOptions = OutputOptions(),
+    web: Annotated[int | None, typer.Option("--web", metavar="[PORT]", help="Watch it in the browser instead: a local server on 127.0.0.1:PORT (no PORT: any free one) with the web view; the address is printed.")] = None,
 ) -> None:
     """Stream a video through the model and answer questions from its memory.
 
@@ -59,6 +60,7 @@ def watch(
       hermes watch match.mp4 --policy infinipot --budget 4000 --ask-at 1:05="Who scored?"
       hermes watch lecture.mp4 --autosave lecture.safetensors    (saved every 60 s and at the end)
       hermes watch door.mp4 --notify "a person enters" --json    (a JSON object when it happens)
+      hermes watch talk.mp4 --web                (the memory, the frame and an ask box in the browser)
     """
     set_debug(output.debug)
     set_verbosity(output.quiet_, output.verbose_)
@@ -73,6 +75,24 @@ def watch(
     except ValueError as exc:
         raise UserError(str(exc)) from exc
     settings = session_settings(model_options, memory_options, answer_options)
+    if web is not None:
+        from ..app.streaming import parse_time
+        from .web import run_web
+
+        if questions:
+            raise UserError("--web asks in the page: leave out --ask and --ask-at")
+        taken = [flag for flag, value in (("--memory", snapshot_options.memory), ("--save-memory", snapshot_options.save_memory),
+                                          ("--autosave", snapshot_options.autosave), ("--on-notify", notify_options.on_notify))
+                 if value]
+        if taken:
+            raise UserError(f"--web does not take {', '.join(taken)}: the page saves the memory (Save memory: "
+                            "NAME.safetensors in the current folder) and shows the notifications")
+        settings.check()
+        notify_options.check()
+        reconnect = source_options.reconnect
+        run_web(source, settings, notify_options, port=web, realtime=realtime,
+                reconnect_s=None if reconnect is None else parse_time(reconnect))
+        return
     snapshots = MemoryRun.from_options(snapshot_options, quiet=json_out)
     settings = snapshots.settings(settings, given_options(ctx))
     settings.check()

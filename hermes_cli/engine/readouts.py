@@ -64,6 +64,26 @@ class MemoryMap:
             "recent_from_s": self.recent_from_s,
         }
 
+    def group_held(self, layers: list[int]) -> dict[int, float]:
+        """Unit index -> the mean share of that unit's tokens the ``layers`` still hold (a layer
+        that holds none of it counts 0; units no layer holds left out): one row of the map."""
+        kept = set().union(*(self.shares[i] for i in layers)) if layers else set()
+        return {u: sum(self.shares[i].get(u, 0.0) for i in layers) / len(layers) for u in sorted(kept)}
+
+    def group_rows(self) -> list[dict]:
+        """Per layer group (in the policy's order, empty groups left out): its layers, each
+        unit's mean share held (``group_held``, unrounded), the units kept and the mean summary
+        tokens per layer — what the web view's map draws and ``/memory`` shades."""
+        rows = []
+        for role, layers in self.groups.items():
+            if not layers:
+                continue
+            held = self.group_held(layers)
+            rows.append({"group": role, "layers": list(layers), "held": {str(u): s for u, s in held.items()},
+                         "units_kept": len(held),
+                         "summary_tokens": round(sum(self.summary[i] for i in layers) / len(layers), 2)})
+        return rows
+
 
 def memory_map(session) -> MemoryMap:
     """The ``MemoryMap`` of ``session`` now (run on the engine thread)."""

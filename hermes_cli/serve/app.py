@@ -3,8 +3,9 @@
 Routes (docs/serve.md): ``GET /healthz``; ``POST``/``GET /v1/streams``; ``GET``/``DELETE
 /v1/streams/{id}``; ``GET /v1/streams/{id}/events`` (SSE); ``POST /v1/streams/{id}/snapshot``;
 ``POST /v1/streams/{id}/pause`` and ``/resume``; ``POST /v1/chat/completions`` (OpenAI);
-``GET /v1/models``; ``GET /metrics`` (Prometheus). With an API key every route but ``/healthz``
-wants ``Authorization: Bearer KEY``. Errors are ``{"error": {"message", "type", "code"}}``
+``GET /v1/models``; ``GET /metrics`` (Prometheus); the web view's (``web``: ``GET /``,
+``/v1/streams/{id}/memory``, ``/frame.jpg``, ``/notifications``). With an API key every route
+but ``/healthz`` and the page's own files wants ``Authorization: Bearer KEY``. Errors are ``{"error": {"message", "type", "code"}}``
 with a one-line message. A streamed answer whose client goes away is cancelled (the memory
 restored); blocking engine calls run on the hub's thread pool, never on the event loop.
 """
@@ -35,6 +36,7 @@ from .guard import Refused, check_key
 from .metrics import Metrics, render
 from .settings import ServeSettings
 from .streams import Hub, StreamEntry
+from .web import PUBLIC_PATHS, add_web_routes
 
 __all__ = ["create_app"]
 
@@ -48,13 +50,14 @@ def error_body(status: int, message: str, kind: str = "invalid_request_error") -
 
 
 class KeyGuard:
-    """ASGI middleware: every request but ``/healthz`` carries the bearer key, else 401."""
+    """ASGI middleware: every request but ``/healthz`` and the web page's own files (no data:
+    ``web.PUBLIC_PATHS``) carries the bearer key, else 401."""
 
     def __init__(self, app, api_key: str, metrics: Metrics) -> None:
         self.app, self.api_key, self.metrics = app, api_key, metrics
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http" and scope["path"] != "/healthz":
+        if scope["type"] == "http" and scope["path"] not in ("/healthz", *PUBLIC_PATHS):
             header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
             if not check_key(header, self.api_key):
                 self.metrics.refused(401)
@@ -145,6 +148,8 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
         if not isinstance(body, dict):
             raise Refused(422, f"the body must be a JSON object, got a {type(body).__name__}")
         return body
+
+    add_web_routes(api, hub, run)
 
     # -- health, models, metrics -----------------------------------------------------------------
     @api.get("/healthz")

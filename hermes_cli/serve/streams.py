@@ -22,6 +22,7 @@ from typing import Any
 
 from ..engine.client import EngineStopped, StreamClient, StreamFailed, open_stream
 from ..engine.core import Engine
+from .frames import FrameKeeper
 from .guard import Refused, check_name, check_source
 from .metrics import Metrics
 from .settings import ServeSettings
@@ -60,6 +61,7 @@ class StreamEntry:
     created_s: float = field(default_factory=time.time)
     events: Any = None  # the metrics' subscription to the stream's events
     lock: threading.Lock = field(default_factory=threading.Lock)
+    kept: FrameKeeper = field(default_factory=FrameKeeper)  # the web view's latest and notification frames
 
 
 class Hub:
@@ -117,6 +119,11 @@ class Hub:
         view["policy_parameters"] = {f.name: getattr(policy, f.name) for f in policy.parameters()}
         view["config"] = asdict(config)
         view["frames_per_unit"] = c.frames_per_unit
+        answer = c.last_answer
+        view["last_answer"] = None if answer is None else {
+            "ttft_ms": answer.ttft_ms, "tpot_ms": answer.tpot_ms, "tokens": len(answer.tokens),
+            "stream_time_s": round(answer.stream_time_s, 3)}
+        view["frame_s"] = entry.kept.latest_s
         if memory_map:
             view["memory_map"] = c.memory_map().to_json()
         return view
@@ -276,7 +283,8 @@ class Hub:
             if isinstance(exc, ValueError):  # what only the model can tell (a chunk it cannot encode)
                 raise Refused(422, _field_text(str(exc))) from None
             raise
-        entry = StreamEntry(sid, client, source, target, live, realtime and not live, oneoff, frames)
+        entry = StreamEntry(sid, client, source, target, live, realtime and not live, oneoff, frames,
+                            kept=FrameKeeper(4 * settings.config().chunk_frames if notifier is not None else 1))
         try:
             iterable: Any = frames
             snap = None if run is None else run.snapshot
@@ -328,6 +336,7 @@ class Hub:
         seen = {"gaps": 0}
 
         def on_frame(frame) -> None:
+            entry.kept.keep(frame.image, frame.timestamp)
             stats = source.stats
             if stats.gaps > seen["gaps"]:
                 seen["gaps"] = stats.gaps
@@ -364,6 +373,8 @@ class Hub:
                 return
             if event.kind == "chunk":
                 self.metrics.chunk_prefill_s.observe(event.data.get("prefill_ms", 0.0) / 1000)
+            elif event.kind == "notification":
+                entry.kept.notified(event.data)
 
     # -- answers --------------------------------------------------------------------------------
     def take_answer(self, entry: StreamEntry) -> None:
