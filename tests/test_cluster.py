@@ -143,3 +143,155 @@ def test_six_streams_three_and_three_answers_equal_single_process(gateway, singl
         assert mine.json()["hermes"]["epoch"] == 1
     rows = gateway.get("/v1/engines").json()["engines"]
     assert all(row["memory_bytes"] > 0 for row in rows)
+
+
+def reference_run(single, tmp_name):
+    """The uninterrupted run of long.mp4 on one process: its final memory and final answer."""
+    ref = open_stream(single, source="long.mp4")
+    wait_state(single, ref)
+    saved = single.post(f"/v1/streams/{ref}/snapshot", json={"name": tmp_name}).json()
+    answer = ask(single, ref).json()
+    single.delete(f"/v1/streams/{ref}")
+    return memory_of(saved["path"]), answer
+
+
+def assert_same_memory(mine: dict, theirs: dict) -> None:
+    assert mine.keys() == theirs.keys()
+    for key in mine:
+        assert mine[key].dtype == theirs[key].dtype and mine[key].equal(theirs[key]), key
+
+
+def wait_frames(http, sid, frames, timeout_s=60.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while (view := http.get(f"/v1/streams/{sid}").json())["frames_seen"] < frames:
+        assert view["state"] == "live", view
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return view
+
+
+# -- must-show 3: a move mid-stream -------------------------------------------------------------
+def test_move_mid_stream_keeps_memory_bit_identical_and_bumps_epoch(gateway, single, store):
+    import threading
+
+    reference, final_answer = reference_run(single, "ref-move")
+    sid = open_stream(gateway, source="long.mp4", realtime=True)
+    view = wait_frames(gateway, sid, 8)
+    before_engine, before_epoch = view["engine"], view["epoch"]
+    assert before_epoch == 1
+    assert gateway.post(f"/v1/streams/{sid}/pause").status_code == 200
+    before = memory_of(gateway.post(f"/v1/streams/{sid}/snapshot", json={"name": "before-move"}).json()["path"])
+
+    # a question in flight when the move starts completes first (from the old placement) or gets 409
+    asked: dict = {}
+
+    def question() -> None:
+        asked["reply"] = ask(gateway, sid, max_tokens=48)
+        asked["done_s"] = time.monotonic()
+
+    thread = threading.Thread(target=question)
+    thread.start()
+    time.sleep(0.05)
+    moved = gateway.post(f"/v1/streams/{sid}/move", json={})
+    moved_s = time.monotonic()
+    thread.join(60)
+    assert moved.status_code == 200, moved.text
+    assert moved.json()["epoch"] == before_epoch + 1 and moved.json()["engine"] != before_engine
+    reply = asked["reply"]
+    assert reply.status_code in (200, 409), reply.text
+    if reply.status_code == 200:
+        assert reply.json()["hermes"]["epoch"] == before_epoch and asked["done_s"] <= moved_s
+    else:
+        assert "moving" in reply.json()["error"]["message"]
+
+    view = gateway.get(f"/v1/streams/{sid}").json()
+    assert (view["engine"], view["epoch"], view["paused"]) == (moved.json()["engine"], before_epoch + 1, True)
+    after = memory_of(gateway.post(f"/v1/streams/{sid}/snapshot", json={"name": "after-move"}).json()["path"])
+    assert_same_memory(after, before)
+    rows = {row["id"]: row for row in gateway.get("/v1/engines").json()["engines"]}
+    assert sid in rows[moved.json()["engine"]]["streams"] and sid not in rows[before_engine]["streams"]
+
+    assert gateway.post(f"/v1/streams/{sid}/resume").status_code == 200
+    wait_state(gateway, sid)
+    final = memory_of(gateway.post(f"/v1/streams/{sid}/snapshot", json={"name": "final-move"}).json()["path"])
+    assert_same_memory(final, reference)
+    answer = ask(gateway, sid).json()
+    assert answer["hermes"]["token_ids"] == final_answer["hermes"]["token_ids"]
+    assert answer["hermes"]["epoch"] == before_epoch + 1
+
+
+def test_move_refusals_and_drain(gateway):
+    sid = open_stream(gateway, source="cam0.mp4")
+    wait_state(gateway, sid)
+    engine = gateway.get(f"/v1/streams/{sid}").json()["engine"]
+    same = gateway.post(f"/v1/streams/{sid}/move", json={"engine": engine})
+    assert same.status_code == 409 and "already on engine" in same.json()["error"]["message"]
+    assert gateway.post(f"/v1/streams/{sid}/move", json={"engine": "e9"}).status_code == 404
+    assert gateway.post("/v1/streams/nope/move", json={}).status_code == 404
+    drained = gateway.post(f"/v1/engines/{engine}/drain")
+    assert drained.status_code == 200, drained.text
+    assert [m["id"] for m in drained.json()["moved"]] == [sid]
+    rows = {row["id"]: row for row in gateway.get("/v1/engines").json()["engines"]}
+    assert rows[engine]["streams"] == []
+    view = gateway.get(f"/v1/streams/{sid}").json()
+    assert view["engine"] != engine and view["epoch"] == 2 and view["state"] == "ended"
+    assert ask(gateway, sid).status_code == 200
+    # a drained engine takes no new stream until it is back: the next ones go elsewhere
+    other = open_stream(gateway, source="cam1.mp4")
+    assert gateway.get(f"/v1/streams/{other}").json()["engine"] != engine
+    undrain = ray.get(gateway_registry().undrain.remote(engine))
+    assert undrain == {"id": engine, "draining": False}
+
+
+def gateway_registry():
+    from hermes_cli.cluster.actors import NAMESPACE, REGISTRY_NAME
+
+    return ray.get_actor(REGISTRY_NAME, namespace=NAMESPACE)
+
+
+# -- must-show 2: failover ------------------------------------------------------------------------
+@pytest.mark.parametrize("kill", ["ray.kill", "SIGKILL"])
+def test_failover_resumes_on_the_other_engine_within_10s(gateway, single, kill):
+    reference, final_answer = reference_run(single, f"ref-failover-{kill}")
+    sid = open_stream(gateway, source="long.mp4", realtime=True)
+    view = wait_frames(gateway, sid, 8)
+    victim = view["engine"]
+    row = next(r for r in gateway.get("/v1/engines").json()["engines"] if r["id"] == victim)
+    from hermes_cli.cluster.actors import NAMESPACE, engine_actor_name
+
+    t0 = time.monotonic()
+    if kill == "ray.kill":
+        ray.kill(ray.get_actor(engine_actor_name(victim), namespace=NAMESPACE), no_restart=False)
+    else:
+        os.kill(row["pid"], signal.SIGKILL)
+    statuses = []
+    while True:  # questions during the failover: answered after it, or 503 + Retry-After
+        reply = ask(gateway, sid, max_tokens=2)
+        statuses.append(reply.status_code)
+        assert reply.status_code in (200, 503), reply.text
+        if reply.status_code == 503:
+            assert reply.headers["Retry-After"] == "1"
+        else:
+            assert reply.json()["hermes"]["epoch"] in (1, 2)
+        current = gateway.get(f"/v1/streams/{sid}")
+        if current.status_code == 200 and current.json()["epoch"] == 2:
+            break
+        assert current.status_code in (200, 503), current.text
+        assert time.monotonic() - t0 < 10, f"not resumed within 10 s: {current.text[:200]}"
+        time.sleep(0.05)
+    resumed_s = time.monotonic() - t0
+    assert resumed_s < 10
+    assert current.json()["engine"] != victim
+    print(f"failover ({kill}): resumed on {current.json()['engine']} after {resumed_s:.2f}s; "
+          f"answers during it: {statuses}")
+    wait_state(gateway, sid)
+    final = memory_of(gateway.post(f"/v1/streams/{sid}/snapshot", json={"name": f"final-{kill}"}).json()["path"])
+    assert_same_memory(final, reference)
+    answer = ask(gateway, sid).json()
+    assert answer["hermes"]["token_ids"] == final_answer["hermes"]["token_ids"]
+    assert answer["hermes"]["epoch"] == 2 and answer["hermes"]["as_of"] == final_answer["hermes"]["as_of"]
+    # the engine Ray restarted rejoins, empty
+    deadline = time.monotonic() + 60
+    while victim not in {r["id"] for r in gateway.get("/v1/engines").json()["engines"]}:
+        assert time.monotonic() < deadline, "the restarted engine did not rejoin"
+        time.sleep(0.2)

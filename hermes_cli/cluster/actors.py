@@ -181,7 +181,8 @@ class EngineHost:
         try:
             handle = entry.client.ask(question, max_new_tokens=max_new_tokens, history=history)
             self.jobs[qid] = handle
-            yield from handle
+            for piece in handle:  # noqa: UP028 (Ray drives the generator with send(): plain iterators lack it)
+                yield piece
             yield {"answer": handle.answer, "epoch": epoch}
         except Exception as exc:
             yield {"error": [500, f"stream {sid} cannot answer: {exc}", "server_error"]}
@@ -286,6 +287,7 @@ class Registry:
         self.recovering: set[str] = set()
         self.failovers: list[dict] = []
         self.handles: dict[str, Any] = {}
+        self.pids: dict[str, int] = {}
         reports = []
         for eid in settings.engines:
             try:
@@ -295,6 +297,7 @@ class Registry:
                 log.warning("registry: engine %s does not answer (%s)", eid, exc)
                 continue
             self.handles[eid] = handle
+            self.pids[eid] = report["pid"]
             reports.append(report)
         self.model = reports[0]["model"] if reports else "?"
         self.bodies = {e.id: e.body for e in self.store.read_index() if not e.ended}
@@ -467,6 +470,11 @@ class Registry:
         stuck = [{"stream": d.stream, "reason": d.reason} for d in plan.stuck]
         return {"id": engine_id, "draining": True, "moved": moved, "failed": failed, "stuck": stuck}
 
+    def undrain(self, engine_id: str) -> dict:
+        with self.lock:
+            self.table.undrain(engine_id)
+        return {"id": engine_id, "draining": False}
+
     # -- failover ----------------------------------------------------------------------------
     def report_dead(self, engine_id: str) -> None:
         """A caller saw ``engine_id`` die (an actor-died error): fail it over now."""
@@ -476,21 +484,42 @@ class Registry:
         return list(self.failovers)
 
     def _heartbeat(self) -> None:
+        """Ping every engine: one that died, stopped answering or came back as a new process (Ray
+        restarted it, empty) is failed over; one that answers again rejoins the table, empty."""
         import ray
 
         while not self._stop.wait(self.settings.heartbeat_s):
-            for eid, handle in list(self.handles.items()):
+            for eid in self.settings.engines:
+                handle = self.handles.get(eid)
+                try:
+                    handle = handle or ray.get_actor(engine_actor_name(eid), namespace=NAMESPACE)
+                except ValueError:  # killed for good
+                    continue
                 ref = handle.ping.remote()
                 ready, _ = ray.wait([ref], timeout=max(2.0, 4 * self.settings.heartbeat_s))
-                try:
-                    if not ready:
-                        raise TimeoutError(f"no heartbeat from engine {eid}")
-                    ray.get(ref)
-                except (ray.exceptions.RayActorError, TimeoutError) as exc:
-                    log.warning("registry: engine %s is gone (%s): failing over its streams", eid, exc)
-                    self._failover(eid)
-                except Exception:
-                    continue
+                pid = None
+                with contextlib.suppress(ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                    pid = ray.get(ref, timeout=0.1) if ready else None
+                if eid in self.handles:
+                    if pid != self.pids.get(eid):
+                        log.warning("registry: engine %s is gone (pid %s → %s): failing over its streams", eid,
+                                    self.pids.get(eid), pid)
+                        self._failover(eid)
+                elif pid is not None:
+                    self._rejoin(eid, handle, pid)
+
+    def _rejoin(self, engine_id: str, handle, pid: int) -> None:
+        import ray
+
+        try:
+            report = ray.get(handle.report.remote(), timeout=30)
+        except Exception:
+            return
+        with self.lock:
+            self.table.add_engine(self._engine(report))
+            self.handles[engine_id], self.pids[engine_id] = handle, pid
+            moved = self.table.place_pending().moved
+        self._restore(moved)
 
     def _failover(self, engine_id: str) -> None:
         t0 = time.perf_counter()
@@ -500,6 +529,7 @@ class Registry:
             orphans = self.table.engine_state(engine_id).streams
             self.recovering.update(s.id for s in orphans)
             del self.handles[engine_id]
+            self.pids.pop(engine_id, None)
             outcome = self.table.fail(engine_id)
         restored = self._restore(outcome.moved)
         self.failovers.append({"engine": engine_id, "streams": restored,

@@ -22,6 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from fastapi import Request
+
 from ..serve.guard import Refused
 from ..serve.metrics import Metrics
 from ..serve.settings import ServeSettings
@@ -341,8 +343,6 @@ class RemoteAnswer:
 
 def create_cluster_app(settings: ServeSettings):
     """The app of ``hermes serve`` over the cluster's streams, with the cluster's routes added."""
-    from fastapi import Request
-
     from ..serve.app import create_app
 
     hub = ClusterHub(settings)

@@ -1,7 +1,8 @@
 """Starting a cluster: Ray (a local one, or joining ``ADDRESS``), ``N`` engine actors and the
 detached registry; ``Cluster.app()`` is the gateway's FastAPI app (``hermes serve --cluster``).
 
-An engine actor asks Ray for ``num_cpus`` CPUs and ``num_gpus`` GPUs (one per GPU engine on a
+Engine actors are restarted by Ray when their process dies (an OOM kill, a crash): the registry
+fails their streams over first and takes the restarted, empty engine back afterwards. An engine actor asks Ray for ``num_cpus`` CPUs and ``num_gpus`` GPUs (one per GPU engine on a
 GPU cluster; 0 and 0 for N engines sharing a test machine's CPU).
 """
 
@@ -69,7 +70,7 @@ def start_cluster(serve_settings, store: str, *, engines: int = 2, address: str 
     settings = ClusterSettings(store=str(store), engines=ids, **knobs)
     actor = ray.remote(EngineHost)
     handles = {eid: actor.options(name=engine_actor_name(eid), namespace=NAMESPACE, num_cpus=num_cpus,
-                                  num_gpus=num_gpus, max_concurrency=64, max_restarts=0).remote(
+                                  num_gpus=num_gpus, max_concurrency=64, max_restarts=-1).remote(
                                       eid, serve_settings, str(store), autosave_every_s)
                for eid in ids}
     ray.get([h.ping.remote() for h in handles.values()], timeout=600)  # each has loaded its model

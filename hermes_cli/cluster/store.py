@@ -9,6 +9,7 @@ newest file falls back to the one before (``latest``). No Ray, no torch at impor
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -131,4 +132,4 @@ class StoreAutosaver:
             raise SnapshotError(f"cannot rotate the snapshots of {self.sid}: {exc.strerror or exc}") from exc
         self.last = self.clock()
         self.saves += 1
-        return report
+        return dataclasses.replace(report, path=latest)
