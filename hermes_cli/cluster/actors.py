@@ -31,6 +31,7 @@ log = logging.getLogger("hermes.cluster")
 
 NAMESPACE = "hermes"
 REGISTRY_NAME = "hermes-registry"
+LATEST = "latest"  # EngineHost.open's snapshot: the store's newest generation that reads back whole
 
 
 def engine_actor_name(engine_id: str) -> str:
@@ -65,6 +66,9 @@ class EngineHost:
         from ..serve.streams import Hub
 
         torch.set_num_threads(1)
+        from ..cli import memory  # noqa: F401  (imported now: a failover's restore must not wait for it)
+        from ..engine import snapshot  # noqa: F401
+
         self.id = engine_id
         self.engine = build_engine(serve_settings.session, quiet=True)
         self.store = SnapshotStore(store)
@@ -101,11 +105,16 @@ class EngineHost:
 
     # -- streams -----------------------------------------------------------------------------
     def open(self, sid: str, body: dict, epoch: int, snapshot: str | None = None, paused: bool = False) -> dict:
-        """Open ``sid`` from its request ``body`` (from ``snapshot`` when given: the memory restored,
-        a file source resumed after the snapshot's last frame); it autosaves into the store."""
+        """Open ``sid`` from its request ``body`` (from ``snapshot`` when given, ``LATEST``: the
+        store's newest good one: the memory restored, a file source resumed after the snapshot's
+        last frame); it autosaves into the store."""
         from ..serve.guard import Refused
 
         request = {k: v for k, v in body.items() if k != "autosave"}
+        t0 = time.perf_counter()
+        if snapshot == LATEST:  # a failover: the newest good generation, else none (from the start)
+            found = self.store.latest(sid)
+            snapshot = None if found is None else str(found[0])
         try:
             entry = self.hub.open(request, name=sid, snapshot_path=None if snapshot is None else Path(snapshot),
                                   paused=paused)
@@ -115,7 +124,9 @@ class EngineHost:
                                                                        source=entry.source_id))
         self.engine.set_autosaver(sid, saver)
         self.epochs[sid] = epoch
-        return self.view(sid)
+        view = self.view(sid)
+        view["open_s"] = round(time.perf_counter() - t0, 4)  # restore included: what a failover or move costs here
+        return view
 
     def view(self, sid: str, memory_map: bool = False) -> dict:
         from ..serve.guard import Refused
@@ -286,6 +297,7 @@ class Registry:
         self.lock = threading.RLock()
         self.recovering: set[str] = set()
         self.failovers: list[dict] = []
+        self.timings: list[dict] = []  # per restored stream: the store read + the open on the target
         self.handles: dict[str, Any] = {}
         self.pids: dict[str, int] = {}
         reports = []
@@ -481,7 +493,8 @@ class Registry:
         self._failover(engine_id)
 
     def failover_log(self) -> list[dict]:
-        return list(self.failovers)
+        """Each failover since this registry started, and its restores' timings."""
+        return [*self.failovers, *self.timings]
 
     def _heartbeat(self) -> None:
         """Ping every engine: one that died, stopped answering or came back as a new process (Ray
@@ -504,7 +517,7 @@ class Registry:
                     if pid != self.pids.get(eid):
                         log.warning("registry: engine %s is gone (pid %s → %s): failing over its streams", eid,
                                     self.pids.get(eid), pid)
-                        self._failover(eid)
+                        self._failover(eid, f"heartbeat: pid {self.pids.get(eid)} → {pid}")
                 elif pid is not None:
                     self._rejoin(eid, handle, pid)
 
@@ -521,7 +534,7 @@ class Registry:
             moved = self.table.place_pending().moved
         self._restore(moved)
 
-    def _failover(self, engine_id: str) -> None:
+    def _failover(self, engine_id: str, why: str = "reported dead") -> None:
         t0 = time.perf_counter()
         with self.lock:
             if engine_id not in self.handles or engine_id not in self.table.engines:
@@ -532,7 +545,7 @@ class Registry:
             self.pids.pop(engine_id, None)
             outcome = self.table.fail(engine_id)
         restored = self._restore(outcome.moved)
-        self.failovers.append({"engine": engine_id, "streams": restored,
+        self.failovers.append({"engine": engine_id, "why": why, "detected_at": time.time(), "streams": restored,
                                "pending": [d.stream for d in outcome.unplaced],
                                "failover_s": round(time.perf_counter() - t0, 4)})
 
@@ -544,12 +557,13 @@ class Registry:
         for move in moves:
             sid = move.stream
             body = self.bodies.get(sid, {})
-            latest = self.store.latest(sid)
+            t0 = time.perf_counter()
             with self.lock:
                 self.recovering.add(sid)
-            try:
-                opened = ray.get(self.handles[move.target].open.remote(
-                    sid, body, move.epoch, None if latest is None else str(latest[0])), timeout=120)
+            try:  # the target picks the newest snapshot that reads back whole (the registry holds no torch)
+                opened = ray.get(self.handles[move.target].open.remote(sid, body, move.epoch, LATEST), timeout=120)
+                self.timings.append({"stream": sid, "read_s": round(time.perf_counter() - t0, 4),
+                                     "open_s": opened.get("open_s"), "as_of": opened.get("stream_time_s")})
                 if "error" in opened:
                     log.error("registry: cannot restore %s on %s: %s", sid, move.target, opened["error"][1])
                 else:
