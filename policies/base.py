@@ -4,7 +4,7 @@ A policy answers one question after each chunk: which of the cached stream token
 decoder layer keep? It sees *signals* (keys, values, token identities, positions and, when it
 asks for them, pseudo-query attention) and returns, per layer, sorted indices to keep and an
 optional summary token. Policies are pure: torch only, they never call the model and never
-slice the cache themselves (``hermes_cli/memory.py`` applies their choice).
+slice the cache themselves (``hermes_cli/engine/cache.py`` applies their choice).
 
 Budget semantics shared by every policy: ``budget`` counts stream tokens (video and summary)
 per layer; the system-prompt prefix is never shown to a policy and never evicted. After a
@@ -23,7 +23,7 @@ from torch import Tensor
 
 
 class Rotary(Protocol):
-    """Rotates post-RoPE keys by a position delta (see ``hermes_cli/rope.py``)."""
+    """Rotates post-RoPE keys by a position delta (see ``hermes_cli/positions/rope.py``)."""
 
     def rotate(self, keys: Tensor, delta: Tensor) -> Tensor:
         """keys (..., N, D); delta (N, A) int, A = 1 (1-D RoPE) or 3 (M-RoPE t, h, w)."""

@@ -11,8 +11,8 @@ from hermes_cli.bench.plan import parse_steps
 from hermes_cli.bench.runner import (
     RECORD_FIELDS,
     BenchAdapter,
+    policy_summaries,
     run_bench,
-    summarise,
     synthetic_frames,
     ttft_versus,
 )
@@ -101,7 +101,7 @@ def test_run_bench_continues_one_stream(tiny_llava):
     assert records[0].cache_tokens == records[1].cache_tokens  # fifo: over the budget at both steps
     assert records[0].kv_bytes == records[1].kv_bytes
     assert len(records[0].ttft_samples_ms) == 2
-    s = summarise(records)[0]
+    s = policy_summaries(records)[0]
     assert s.frames_fewest == 2 and s.frames_most == 5 and s.ttft_ratio > 0
     assert ttft_versus(records, "fifo", "fifo") == pytest.approx(1.0)
 
@@ -140,16 +140,17 @@ def test_user_errors(app):
         (["--arch", "gpt-9", "--random-weights"], "unknown architecture"),
         (["--video", "/nonexistent/file.mp4"], "file.mp4"),
     ]
-    from hermes_cli.cli.main import UserError
+    from hermes_cli.errors import HermesError
 
     for args, needle in cases:
         result = runner.invoke(app, ["bench", "--model", "tiny", *args])
-        assert isinstance(result.exception, UserError), (args, result.output)
+        assert isinstance(result.exception, HermesError), (args, result.output)
         assert needle in str(result.exception), (args, str(result.exception))
 
 
 def test_shipped_architectures_are_full_size():
-    from hermes_cli.models.archs import ARCHS, arch_config, parameter_estimate
+    from hermes_cli.models.archs import ARCHS, arch_config
+    from tests.model_sizes import parameter_estimate
 
     expected_text_layers = {"llava-onevision-0.5b": 24, "llava-onevision-7b": 28, "qwen2.5-vl-3b": 36,
                             "qwen2.5-vl-7b": 28, "qwen3-vl-2b": 28, "qwen3-vl-4b": 36, "qwen3-vl-8b": 36}
@@ -195,7 +196,7 @@ def test_summary_and_profile_from_records():
                    decode_ms_total=4.0, encode_ms_total=40.0, pseudo_query_ms_total=6.0),
             record(8, chunks=2, prefill_ms_total=100.0, compress_ms_total=30.0, ingest_s=1.5, stream_s=4.0,
                    decode_ms_total=4.0, encode_ms_total=40.0, pseudo_query_ms_total=10.0, compressions=1)]
-    s = summarise(rows)[0]
+    s = policy_summaries(rows)[0]
     assert s.compress_fraction == pytest.approx(40 / 200)
     assert s.peak_memory_bytes == 800 and s.realtime == pytest.approx(8 / 2.0) and s.budget_reached
     p = profile(rows)[0]

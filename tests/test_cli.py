@@ -160,9 +160,9 @@ def test_an_unexpected_error_is_one_line_unless_debug(monkeypatch, capsys, video
 @pytest.mark.parametrize("name", ["tiny", "tiny-llava-onevision"])
 def test_a_local_model_directory_loads_through_the_real_path(tmp_path, video, name):
     """save_pretrained → --model DIR goes through AutoConfig/AutoProcessor/AutoModel: same answers."""
-    from hermes_cli.models.tiny import tiny_llava_onevision, tiny_qwen
+    from hermes_cli.models.tiny import build_tiny
 
-    model, processor = (tiny_llava_onevision if "llava" in name else tiny_qwen)()
+    model, processor = build_tiny(name)
     model.save_pretrained(tmp_path)
     processor.save_pretrained(tmp_path)
     args = ["watch", video, "--chunk", "4", "--ask", "What happens?", "--max-new-tokens", "4", "--json"]

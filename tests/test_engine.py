@@ -196,9 +196,9 @@ def test_qwen2_vl_counts_temporal_patches_like_its_get_rope_index():
     from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLProcessor
 
     from hermes_cli.models.qwen_vl import QwenVLAdapter
-    from hermes_cli.models.tiny import tiny_qwen
+    from hermes_cli.models.tiny import build_tiny
 
-    _, processor = tiny_qwen()
+    _, processor = build_tiny("tiny")
     ids = processor.tokenizer.convert_tokens_to_ids
     config = Qwen2VLConfig(
         text_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hermes_cli.evaluation.answers import format_question, lenient_match, parse_letter
-from hermes_cli.evaluation.runner import duration_bucket, summarize
+from hermes_cli.evaluation.runner import duration_bucket, eval_summary
 
 CHOICES = ["A compass.", "A map.", "An altitude meter.", "A weather radar."]
 
@@ -91,7 +91,7 @@ def test_aggregation_per_task_and_duration():
         {"qid": "7", "kind": "open_ended", "task": "rvs", "lenient_match": 0.25, "correct": None, "ttft_ms": None,
          "tpot_ms": None, "judge": {"pred": "no", "score": 1, "model": "j"}},
     ]
-    s = summarize(records, selected=8)
+    s = eval_summary(records, selected=8)
     mc = s["multiple_choice"]
     assert (mc["n"], mc["correct"], mc["accuracy"]) == (4, 2, 50.0)
     assert mc["per_task"] == {"Counting": {"n": 3, "correct": 2, "accuracy": 66.67}, "OCR": {"n": 1, "correct": 0, "accuracy": 0.0}}

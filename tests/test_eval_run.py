@@ -17,7 +17,7 @@ import typer
 from typer.testing import CliRunner
 
 from hermes_cli.cli.eval import evaluate
-from hermes_cli.cli.main import UserError
+from hermes_cli.errors import HermesError
 from hermes_cli.evaluation.annotations import load_annotations
 from hermes_cli.evaluation.runner import EvalSettings, VideoFinder, run_eval, select_questions
 from hermes_cli.sources import open_source
@@ -179,7 +179,7 @@ def test_cli_resume_skips_finished_questions_and_gives_the_same_summary(bench, t
     assert json.loads((tmp_path / "whole.summary.json").read_text()) == summary
 
     other = invoke(*common[:-4], "--budget", "80", "--max-new-tokens", "3", "-o", str(whole))
-    assert isinstance(other.exception, UserError) and "other settings" in str(other.exception)
+    assert isinstance(other.exception, HermesError) and "other settings" in str(other.exception)
 
 
 def test_dry_run_with_missing_videos_counts_per_task(tmp_path):
@@ -198,7 +198,7 @@ def test_dry_run_with_missing_videos_counts_per_task(tmp_path):
     quirks = invoke(str(DATA / "quirks.json"), "--dry-run")
     assert quirks.exit_code == 0 and "annotation problem" in quirks.output
     bad = invoke(str(DATA / "videomme.json"), "--dry-run", "--tasks", "Nonsense")
-    assert isinstance(bad.exception, UserError) and "Counting Problem" in str(bad.exception)
+    assert isinstance(bad.exception, HermesError) and "Counting Problem" in str(bad.exception)
 
 
 class _FakeJudge(http.server.BaseHTTPRequestHandler):

@@ -453,13 +453,13 @@ def test_eval_without_output_saves_next_to_the_annotations_and_counts_once(tmp_p
 
 
 def test_eval_summary_counts_unparsed_replies_among_the_scored_only():
-    from hermes_cli.evaluation.runner import summarize
+    from hermes_cli.evaluation.runner import eval_summary
 
     def record(correct, letter):
         return {"kind": "multiple_choice", "correct": correct, "parsed_letter": letter, "task": "t",
                 "duration_bucket": "short", "ttft_ms": 1.0, "tpot_ms": 1.0}
 
-    mc = summarize([record(None, None), record(False, None), record(True, "A")], selected=3)["multiple_choice"]
+    mc = eval_summary([record(None, None), record(False, None), record(True, "A")], selected=3)["multiple_choice"]
     assert mc["n"] == 2 and mc["unparsed"] == 1 and mc["unscored"] == 1
 
 

@@ -234,9 +234,11 @@ def test_every_policy_keeps_a_two_minute_stream_under_budget(two_minutes, policy
 def test_full_size_configs_build_the_real_architecture(name, billions):
     """The shipped configs build Qwen3-VL (on the meta device: no memory) of the published size,
     and the text-only estimate agrees with the built language model."""
-    from hermes_cli.models.archs import _qwen3_vl, arch_config, parameter_estimate
+    from hermes_cli.models.archs import arch_config
+    from hermes_cli.models.qwen3_vl import full_size_model
+    from tests.model_sizes import parameter_estimate
 
-    config, _, cls = _qwen3_vl(arch_config(name))
+    config, _, cls = full_size_model(arch_config(name))
     with torch.device("meta"):
         model = cls(config)
     total = sum(p.numel() for p in model.parameters())

@@ -9,7 +9,10 @@ count the rule's arithmetic predicts.
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from fractions import Fraction
+from pathlib import Path
 
 import av
 import numpy as np
@@ -17,8 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hermes_cli import sources
-from hermes_cli.sources import FrameSampler, StreamClock, open_source
+from hermes_cli.sources import FrameSampler, StreamClock, open_source, video
 from tests.media import make_video, nearest_rule, read_index
 
 NTSC = Fraction(30000, 1001)
@@ -124,7 +126,7 @@ def test_a_late_window_gives_the_frames_decoding_through_gives(tmp_path, monkeyp
     make_video(path, 14, 10, SIZE, keyframe_every=10, **options)
     times, _, _ = decode_all(path)
     seeked = list(open_source(str(path), 3, start_s=11.05, end_s=12.5))
-    monkeypatch.setattr(sources, "SEEK_FROM_S", 1e9)
+    monkeypatch.setattr(video, "SEEK_FROM_S", 1e9)
     decoded = list(open_source(str(path), 3, start_s=11.05, end_s=12.5))
     expected = nearest_rule(times, 3, start=Fraction(1105, 100), end=Fraction(25, 2))
     assert [f.timestamp for f in seeked] == [f.timestamp for f in decoded] == [float(times[i]) for i in expected]
@@ -223,3 +225,21 @@ def test_live_clock_runs_on_when_the_sender_restarts_its_timestamps():
     assert times == [0, Fraction(1, 10), Fraction(2, 10), Fraction(3, 10), Fraction(4, 10), Fraction(3, 10) + Fraction(52 - 3, 10)]
     assert clock.jumps_back == 1
     assert StreamClock().time(5, 1) == 0 and StreamClock().jumps_back == 0  # files: not by default
+
+
+def test_the_sampler_imports_no_pyav():
+    """Evaluation samples stored frame arrays by the same rule without loading a decoder: the
+    sampler, the error and the camera facts come without PyAV; `open_source` brings it."""
+    code = (
+        "import sys\n"
+        "from hermes_cli.sources.sampling import FrameSampler\n"
+        "from hermes_cli.sources import SourceError, TimestampSampler, StreamClock, devices_hint\n"
+        "assert TimestampSampler(2).take(0.0) and FrameSampler(1).push(__import__('fractions').Fraction(0), 'a')\n"
+        "print('AV', 'av' in sys.modules)\n"
+        "from hermes_cli.sources import open_source\n"
+        "print('AV', 'av' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["AV False", "AV True"]

@@ -399,18 +399,20 @@ def test_the_interactive_prompt_runs_on_a_servers_stream(http, server):
     from hermes_cli.serve.client import RemoteStream, ServerFrames
     from tests.test_live import drive
 
-    sid = open_stream(http, source="short.mp4")
-    wait_state(http, sid)
+    sid = open_stream(http, source="short.mp4", realtime=True)  # still streaming when the prompt opens
     stream = RemoteStream(server.url, sid, max_new_tokens=4)
     try:
         assistant, text = drive(stream, ServerFrames(stream, poll_s=0.05),
-                                ["What is it?", "And then?", "/stats", "/memory", "/policy", "/pause", "/clear"])
+                                ["What is it?", "And then?", "/stats", "/memory", "/policy", "/pause", "/clear"],
+                                after_first_chunk=True)
         assert [q for q, _ in stream.history()] == []  # /clear came last
         assert stream.last_answer is not None and len(stream.last_answer.tokens) == 4
-        assert "8 frames" in text and "shallow" in text and "hermes (budget 24)" in text
-        assert http.get(f"/v1/streams/{sid}").json()["paused"] is True
+        assert "shallow" in text and "hermes (budget 24)" in text
+        assert http.get(f"/v1/streams/{sid}").json()["paused"] is True  # /pause reached the server
+        http.post(f"/v1/streams/{sid}/resume")
+        wait_state(http, sid)
         bar = toolbar_text(assistant.ingestor)
-        for readout in ("8 frames", "cache 24/24 tok", "chunk", "TTFT", "RSS"):
+        for readout in ("8 frames", "cache 24/24 tok", "chunk", "TTFT", "RSS"):  # the readouts of the stream now
             assert readout in bar
     finally:
         stream.close()
@@ -430,3 +432,12 @@ def test_notify_conditions_become_notification_events(http, server):
     for bad in (["x"] * 9, [""], {"conditions": ["x"], "threshold": 2}, {"conditions": ["x"], "loud": 1}, "x"):
         reply = http.post("/v1/streams", json={"source": "short.mp4", "notify": bad})
         assert reply.status_code == 422 and "notify" in reply.json()["error"]["message"], bad
+
+
+def test_the_memory_map_of_a_stream_shorter_than_one_chunk(http):
+    sid = open_stream(http, source="short.mp4", chunk=16, budget=64)  # 8 frames: one partial chunk, flushed
+    wait_state(http, sid)
+    reply = http.get(f"/v1/streams/{sid}", params={"memory_map": "true"})
+    assert reply.status_code == 200, reply.text
+    mapped = reply.json()["memory_map"]
+    assert len(mapped["units"]) == 4 and mapped["recent_from_s"] == mapped["units"][0][0]

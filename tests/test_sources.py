@@ -21,7 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hermes_cli import sources
-from hermes_cli.sources import Frame, SourceError, TimestampSampler, list_devices, open_source
+from hermes_cli.sources import Frame, SourceError, TimestampSampler, cameras, list_devices, open_source
+from hermes_cli.sources.live import BackgroundReader
 from tests.media import (
     color_name,
     corrupt_middle,
@@ -429,7 +430,7 @@ def test_background_reader_error_reaches_the_consumer():
         yield Frame(np.zeros((2, 2, 3), np.uint8), 0.0, 0)
         raise RuntimeError("decoder exploded")
 
-    reader = sources._BackgroundReader(failing_frames(), 4, sources.SourceStats(), "test")
+    reader = BackgroundReader(failing_frames(), 4, sources.SourceStats(), "test")
     frames = iter(reader)
     assert next(frames).index == 0
     with pytest.raises(SourceError, match="reading failed .*RuntimeError: decoder exploded"):
@@ -448,7 +449,7 @@ def test_missing_camera_is_one_clear_line():
 
 @pytest.mark.skipif(Path("/dev/video0").exists(), reason="this machine has a camera")
 def test_default_linux_camera_and_numbers(monkeypatch):
-    monkeypatch.setattr(sources, "PLATFORM", "linux")
+    monkeypatch.setattr(cameras, "PLATFORM", "linux")
     with pytest.raises(SourceError, match="^no camera at /dev/video0 "):
         open_source("", webcam=True)
     with pytest.raises(SourceError, match="^no camera at /dev/video7 "):
@@ -471,8 +472,8 @@ def test_camera_arguments_per_platform(monkeypatch, platform, spec, device, inpu
         opened.update(url=url, **kwargs)
         raise av.error.FileNotFoundError(2, "No such file or directory", url)
 
-    monkeypatch.setattr(sources, "PLATFORM", platform)
-    monkeypatch.setattr(sources.av, "open", fake_open)
+    monkeypatch.setattr(cameras, "PLATFORM", platform)
+    monkeypatch.setattr(av, "open", fake_open)
     with pytest.raises(SourceError) as error:
         open_source(spec, webcam=True, timeout_s=3)
     assert opened == {"url": device, "format": input_format, "options": options, "timeout": 3}
@@ -486,8 +487,8 @@ def test_camera_format_missing_from_this_build():
 
 
 def test_no_default_camera_on_windows_without_cameras(monkeypatch):
-    monkeypatch.setattr(sources, "PLATFORM", "win32")
-    monkeypatch.setattr(sources, "list_devices", lambda: [])
+    monkeypatch.setattr(cameras, "PLATFORM", "win32")
+    monkeypatch.setattr(cameras, "list_devices", lambda: [])
     with pytest.raises(SourceError) as error:
         open_source("", webcam=True)
     assert "no default camera" in one_line(error) and "dshow" in str(error.value)
@@ -547,12 +548,12 @@ def test_close_joins_the_live_reader_thread():
 
 @pytest.mark.parametrize("suffix", [".mp4", ".mkv"])
 def test_a_late_window_is_reached_by_seeking_with_the_same_frames(tmp_path, monkeypatch, suffix):
-    import hermes_cli.sources as sources
+    from hermes_cli.sources import video
 
     path = tmp_path / f"long{suffix}"
     make_video(path, 30, 5, keyframe_every=10)
     seeked, seek_stats = read_all(str(path), 2, start_s=21.0, end_s=24.0)
-    monkeypatch.setattr(sources, "SEEK_FROM_S", 1e9)  # decode everything and skip instead
+    monkeypatch.setattr(video, "SEEK_FROM_S", 1e9)  # decode everything and skip instead
     decoded, decode_stats = read_all(str(path), 2, start_s=21.0, end_s=24.0)
     assert seek_stats.frames_decoded < decode_stats.frames_decoded / 2
     # 5 fps sampled at 2 fps: the nearest frame to each half second from 21 s (a tie at

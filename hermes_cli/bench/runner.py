@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from .. import defaults
+from ..errors import EXIT_INTERRUPTED, HermesError
 from ..models.base import ModelAdapter
 
 DEFAULT_QUESTION = defaults.BENCH_QUESTION
@@ -236,8 +237,10 @@ def measure_answers(session, question: str, *, repeats: int, warmup: int, max_ne
 ProgressFn = Callable[[dict], None]
 
 
-class BenchInterrupted(Exception):
+class BenchInterrupted(HermesError):
     """Ctrl-C during a benchmark: ``records`` holds the steps measured before it."""
+
+    exit_code = EXIT_INTERRUPTED
 
     def __init__(self, records: list) -> None:  # BenchRecord, or QuestionRecord for --questions
         super().__init__("interrupted")
@@ -475,7 +478,7 @@ class PolicySummary:
     kv_bytes: int = 0  # at the longest step
 
 
-def summarise(records: list[BenchRecord]) -> list[PolicySummary]:
+def policy_summaries(records: list[BenchRecord]) -> list[PolicySummary]:
     """Per policy: TTFT(most frames)/TTFT(fewest), peak memory and KV-cache bytes likewise, and
     over the whole stream its compression share, own peak memory and ingest speed."""
     out = []

@@ -140,10 +140,10 @@ def run_soak(args: argparse.Namespace) -> dict:
     if failure:
         raise failure[0]
     elapsed = time.perf_counter() - started
-    return summarize(args, points, baseline_rss or 0, end_rss, counts, elapsed, chunk_ms)
+    return soak_summary(args, points, baseline_rss or 0, end_rss, counts, elapsed, chunk_ms)
 
 
-def summarize(args, points: list[SoakPoint], baseline_rss: int, end_rss: int, counts, elapsed_s: float,
+def soak_summary(args, points: list[SoakPoint], baseline_rss: int, end_rss: int, counts, elapsed_s: float,
               chunk_ms: list[float]) -> dict:
     after = [p for p in points if p.frames > args.baseline] or points
     quarter = max(1, len(after) // 4)

@@ -1,6 +1,6 @@
 """``hermes bench``: time to first token and memory against stream length, per memory policy.
 
-Registered in cli.py as ``app.command("bench")(bench)``. Imports stay light here: torch and
+Registered in cli/main.py as ``app.command("bench")(bench)``. Imports stay light here: torch and
 transformers load inside the command.
 """
 
@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from .. import defaults
+from ..models.registry import ARCHS
 from .console import UserError, err, out, set_debug
 from .groups import OptionGroup, option_group, with_option_groups
 from .options import policy_list_names
@@ -25,8 +26,7 @@ class BenchModelOptions(OptionGroup):
 
     arch: Annotated[str | None, typer.Option(
         "--arch", metavar="ARCH",
-        help="Full-size architecture built with random weights (needs --random-weights): "
-        "llava-onevision-0.5b, llava-onevision-7b, qwen2.5-vl-3b, qwen2.5-vl-7b, qwen3-vl-2b, qwen3-vl-4b, qwen3-vl-8b.",
+        help=f"Full-size architecture built with random weights (needs --random-weights): {', '.join(ARCHS)}.",
     )] = None
     random_weights: Annotated[bool, typer.Option(
         "--random-weights", help="With --arch: build the model with random weights (no download).",
@@ -155,12 +155,12 @@ def bench(
         if not records:
             raise typer.Exit(130) from None
 
-    from ..bench.runner import summarise, ttft_versus
+    from ..bench.runner import policy_summaries, ttft_versus
 
     if not o.json_out:  # (with --json each record was printed as soon as it was measured)
         out.print(_table(records, adapter))
     summary_console = err if o.json_out else out
-    for p in summarise(records):
+    for p in policy_summaries(records):
         summary_console.print(
             f"[bold]{p.policy}[/]: TTFT({p.frames_most})/TTFT({p.frames_fewest}) = {p.ttft_ratio:.2f} · "
             f"peak memory ×{p.memory_ratio:.2f} · KV cache ×{p.kv_ratio:.2f} · "
@@ -217,6 +217,12 @@ def _check_options(s: BenchStreamOptions, m: BenchModelOptions, a: BenchAnswerOp
         raise UserError("--arch builds a model without weights: add --random-weights (or load real weights with --model)")
     if m.random_weights and not m.arch:
         raise UserError("--random-weights needs --arch NAME (e.g. --arch llava-onevision-0.5b)")
+    from ..models.registry import check_model_name, resolve_arch
+
+    if m.arch:  # a name that cannot load fails before torch is imported
+        resolve_arch(m.arch)
+    else:
+        check_model_name(m.model)
     if s.video and s.synthetic_vision:
         raise UserError("--synthetic-vision does not look at frames: drop --video, or drop --synthetic-vision")
     if o.plot:
@@ -295,16 +301,12 @@ def _parse_size(text: str) -> tuple[int, int]:
 
 def _load(model, arch, device, dtype):
     from ..models.loading import load_model
-    from ..models.registry import ModelLoadError
 
-    try:
-        if arch:
-            from ..models.archs import load_random_arch
+    if arch:
+        from ..models.archs import load_random_arch
 
-            return load_random_arch(arch, device=device, dtype=dtype)
-        return load_model(model, device=device, dtype=dtype)
-    except ModelLoadError as exc:
-        raise UserError(str(exc)) from exc
+        return load_random_arch(arch, device=device, dtype=dtype)
+    return load_model(model, device=device, dtype=dtype)
 
 
 def _frame_source(video, fps, frame_size, frames_needed: int):
@@ -314,13 +316,13 @@ def _frame_source(video, fps, frame_size, frames_needed: int):
 
     if not video:
         return lambda: synthetic_frames(frame_size, fps)
-    from ..sources import SourceError, open_source
+    from ..sources import open_source
 
-    try:  # open once now so a bad file is a one-line error before any work
+    try:  # open once now so a bad file is a one-line error (SourceError) before any work
         source = open_source(video, fps)
         duration, rate = source.duration_s, source.effective_fps
         source.close()
-    except (SourceError, ValueError) as exc:
+    except ValueError as exc:
         raise UserError(str(exc)) from exc
     if duration is not None and int(duration * rate) + 1 < frames_needed:
         raise UserError(f"{video} is {duration:.1f}s: at {rate:g} fps that is about {int(duration * rate) + 1} frames, "
@@ -349,8 +351,6 @@ def _run(adapter, names, steps, budget, chunk, fps, repeats, warmup, max_new_tok
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..bench.runner import run_bench
-    from ..engine.client import PositionLimitError
-    from ..sources import SourceError
 
     total = len(names) * steps[-1]
     progress = Progress(
@@ -386,7 +386,7 @@ def _run(adapter, names, steps, budget, chunk, fps, repeats, warmup, max_new_tok
                              warmup=warmup, max_new_tokens=max_new_tokens, frames=frame_source,
                              synthetic_vision=synthetic_vision, question=question, progress=on_event,
                              pseudo_query=pseudo_query)
-    except (ValueError, SourceError, PositionLimitError) as exc:
+    except ValueError as exc:
         raise UserError(str(exc).splitlines()[0]) from exc
 
 

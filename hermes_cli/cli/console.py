@@ -1,6 +1,7 @@
 """Where the command line writes: answers and tables on stdout, notes and errors on stderr.
 
-``UserError`` is a problem the user can fix: ``main`` prints it as one line, exit code 2.
+``UserError`` is a problem the user can fix found by the command line (a ``HermesError``: ``main``
+prints it as one line, exit code 2).
 Verbosity (``-q``/``-v``) is process-wide: quiet drops notes, warnings and progress; verbose
 adds what is being loaded and the libraries' own messages.
 """
@@ -14,6 +15,8 @@ from collections.abc import Iterator
 from rich.console import Console
 from rich.markup import escape
 
+from ..errors import EXIT_INTERRUPTED, HermesError
+
 err = Console(stderr=True, highlight=False)
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)  # whole tables in files and pipes
 
@@ -21,12 +24,14 @@ DEBUG = {"on": False}  # --debug: tracebacks instead of one-line errors
 VERBOSITY = {"level": 0}  # -1 quiet, 0 normal, 1 verbose
 
 
-class UserError(Exception):
-    """A problem the user can fix; printed as one line, exit code 2."""
+class UserError(HermesError):
+    """A problem the user can fix found by the command line itself; printed as one line, exit code 2."""
 
 
-class Interrupted(Exception):
+class Interrupted(HermesError):
     """Ctrl-C in a batch command: ``main`` prints the message (how far it got) and exits 130."""
+
+    exit_code = EXIT_INTERRUPTED
 
 
 def set_debug(on: bool) -> None:

@@ -1,6 +1,6 @@
 """``hermes eval``: run a benchmark annotation file through a model and memory policy.
 
-Registered in ``cli.py`` as ``app.command("eval")(evaluate)``. Light at import: the model, torch
+Registered in ``cli/main.py`` as ``app.command("eval")(evaluate)``. Light at import: the model, torch
 and PyAV are loaded only when a run needs them.
 """
 
@@ -160,22 +160,16 @@ def evaluate(
 
 def _load_questions(annotations: Path, tasks: list[str] | None, limit: int | None):
     """(annotation set, selected questions); annotation problems are reported, none usable is an error."""
-    from ..evaluation.annotations import AnnotationError, load_annotations, problems_summary
-    from ..evaluation.runner import EvalError, select_questions
+    from ..evaluation.annotations import load_annotations, problems_summary
+    from ..evaluation.runner import select_questions
 
-    try:
-        aset = load_annotations(annotations)
-    except AnnotationError as exc:
-        raise UserError(str(exc)) from exc
+    aset = load_annotations(annotations)
     for line in problems_summary(aset.problems):
         err.print(f"[yellow]annotation problem:[/] {line}", soft_wrap=True)
     if not aset.questions:
         raise UserError(f"{annotations} holds no usable question ({aset.entries} entries) — see the problems above")
     task_list = [t for item in tasks or [] for t in item.split(",")]
-    try:
-        return aset, select_questions(aset, task_list, limit)
-    except EvalError as exc:
-        raise UserError(str(exc)) from exc
+    return aset, select_questions(aset, task_list, limit)
 
 
 def _run(aset, questions, settings, factory, finder, output: Path | None, judge: JudgeOptions, *,
@@ -193,7 +187,7 @@ def _run(aset, questions, settings, factory, finder, output: Path | None, judge:
         TimeRemainingColumn,
     )
 
-    from ..evaluation.runner import EvalError, read_results, run_eval
+    from ..evaluation.runner import read_results, run_eval
 
     progress = Progress(
         TextColumn("[bold]eval[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
@@ -214,8 +208,6 @@ def _run(aset, questions, settings, factory, finder, output: Path | None, judge:
                                        records=previous, on_progress=on_progress)
         if judge.judge_url:
             _judge(records, output, judge.judge_url, judge)
-    except EvalError as exc:
-        raise UserError(str(exc)) from exc
     except KeyboardInterrupt:
         saved = len(read_results(output)) if output is not None and output.exists() else 0
         raise Interrupted(f"interrupted: {saved} results saved in {output} — rerun the same command to resume"
@@ -239,9 +231,9 @@ def _judge(records: list[dict], output: Path | None, url: str, judge: JudgeOptio
 
 def _summary(records, report, questions, aset, annotations: Path, protocol: str) -> dict:
     """The summary JSON: accuracy from the records, plus what this run could not answer."""
-    from ..evaluation.runner import summarize
+    from ..evaluation.runner import eval_summary
 
-    summary = summarize(records, selected=len(questions))
+    summary = eval_summary(records, selected=len(questions))
     summary["annotations"] = str(annotations)
     summary["protocol"] = protocol
     summary["questions"].update(

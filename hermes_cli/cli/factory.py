@@ -146,17 +146,14 @@ class SessionSettings:
 
 
 def check_model(name: str) -> None:
-    """A model name that cannot load fails now, before torch is imported."""
-    from ..models.registry import ModelLoadError, check_model_name
+    """A model name that cannot load fails now (``ModelLoadError``), before torch is imported."""
+    from ..models.registry import check_model_name
 
-    try:
-        check_model_name(name)
-    except ModelLoadError as exc:
-        raise UserError(str(exc)) from exc
+    check_model_name(name)
 
 
 def load_adapter(settings: ModelSettings, *, quiet: bool = False):
-    """The model behind its adapter, or a one-line ``UserError``.
+    """The model behind its adapter, or a one-line ``UserError`` / ``ModelLoadError``.
 
     Before anything is downloaded: a folder that is not a model, a GPU that is not there, and an
     unreachable hub (one quick probe) each fail with one line that names the cause.
@@ -166,13 +163,9 @@ def load_adapter(settings: ModelSettings, *, quiet: bool = False):
     check_model(name)
     _check_device(settings.device)
     from ..models.loading import load_model
-    from ..models.registry import ModelLoadError
 
-    try:
-        with _loading(name):
-            adapter = load_model(name, device=settings.device, dtype=settings.dtype, max_pixels=settings.max_pixels)
-    except ModelLoadError as exc:
-        raise UserError(str(exc)) from exc
+    with _loading(name):
+        adapter = load_model(name, device=settings.device, dtype=settings.dtype, max_pixels=settings.max_pixels)
     info(f"loaded {adapter.name} on {adapter.device}")
     if adapter.random_weights and not quiet:
         note(f"{adapter.name} has random weights: answers are noise (for smoke runs and benchmarks)")

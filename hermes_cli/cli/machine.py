@@ -11,7 +11,15 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ..models.registry import BUILTIN, FAMILIES, default_for, family_of_type, model_from_env
+from ..models.registry import (
+    BUILTIN,
+    FAMILIES,
+    default_for,
+    family_of_name,
+    family_of_type,
+    model_from_env,
+    supported_types,
+)
 
 
 def gpu_free_gib() -> float | None:
@@ -43,24 +51,14 @@ def model_type_of_dir(path: Path) -> str | None:
 
 
 def family_of(name: str) -> str | None:
-    """The family a model name refers to, when it can be told without loading (else None)."""
-    if name in BUILTIN:
-        return BUILTIN[name]
+    """The family a model name refers to, when it can be told without loading (else None): a
+    built-in, a directory's config.json, else the name (``registry.family_of_name``)."""
     path = Path(name).expanduser()
-    if path.is_dir():
+    if name not in BUILTIN and path.is_dir():
         family = family_of_type(model_type_of_dir(path) or "")
-        return family.name if family else None
-    lower = name.lower()
-    for family in FAMILIES:
-        if lower in (m.lower() for m in family.examples):
-            return family.name
-    if "qwen3" in lower and "vl" in lower:
-        return "qwen3-vl"
-    if "qwen" in lower and "vl" in lower:
-        return "qwen2.5-vl"
-    if "llava-onevision" in lower:
-        return "llava-onevision"
-    return None
+    else:
+        family = family_of_name(name)
+    return family.name if family else None
 
 
 def frames_per_unit(family: str | None) -> int:
@@ -80,6 +78,5 @@ def not_a_model_dir(name: str) -> str | None:
     if model_type is None:
         return f"{name}/config.json cannot be read as a model configuration (no model_type) — check the folder"
     if family_of_type(model_type) is None:
-        supported = ", ".join(sorted(t for f in FAMILIES for t in f.model_types))
-        return f"{name} holds a {model_type!r} model; supported types: {supported}"
+        return f"{name} holds a {model_type!r} model; supported types: {supported_types()}"
     return None

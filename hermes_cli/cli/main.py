@@ -10,8 +10,9 @@ import typer
 from rich.markup import escape
 
 from .. import __version__
+from ..errors import EXIT_BUG, EXIT_INTERRUPTED, HermesError
 from .bench import bench
-from .console import DEBUG, Interrupted, UserError, err, out, set_verbosity
+from .console import DEBUG, err, out, set_verbosity
 from .eval import evaluate
 from .info import list_models, list_policies
 from .serve import serve
@@ -80,27 +81,29 @@ for _name, _function in (("watch", watch), ("chat", chat), ("models", list_model
 
 
 def main() -> None:
-    """Entry point: run the app; user errors become one line on stderr and exit code 2."""
+    """Entry point: run the app. The one place errors become exit codes: a ``HermesError`` (from any
+    layer) is its one line on stderr and its ``exit_code`` (2 for what the user can fix, 130 after
+    Ctrl-C); any other exception is a bug: one line naming it, exit code 1."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         app()
-    except UserError as exc:
-        if DEBUG["on"]:
+    except HermesError as exc:
+        if exc.exit_code == EXIT_INTERRUPTED:
+            err.print(escape(str(exc)), soft_wrap=True)
+        elif DEBUG["on"]:
             raise
-        err.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
-        sys.exit(2)
-    except Interrupted as exc:
-        err.print(escape(str(exc)), soft_wrap=True)
-        sys.exit(130)
+        else:
+            err.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err.print("interrupted")
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:  # a bug: still one line, with the way to the details
         if DEBUG["on"]:
             raise
         err.print(f"[red]internal error:[/] {type(exc).__name__}: {escape(str(exc))} — rerun with --debug "
                   "for the traceback and please report it", soft_wrap=True)
-        sys.exit(1)
+        sys.exit(EXIT_BUG)
 
 
 if __name__ == "__main__":

@@ -171,12 +171,11 @@ class ContinuedFrames:
         self._frames = frames
         self.skip_until_s = skip_until_s
         self.offset_s = offset_s
-        self.skipped = 0
+
 
     def __iter__(self):
         for frame in self._frames:
             if self.skip_until_s is not None and frame.timestamp <= self.skip_until_s + 1e-9:
-                self.skipped += 1
                 continue
             yield dataclasses.replace(frame, timestamp=frame.timestamp + self.offset_s) if self.offset_s else frame
 

@@ -8,8 +8,15 @@ from typing import Annotated
 import typer
 
 from .console import UserError, err, set_debug, set_verbosity
-from .groups import AnswerOptions, MemoryOptions, ModelOptions, OutputOptions, session_settings, with_option_groups
-from .options import ReconnectOpt
+from .groups import (
+    AnswerOptions,
+    ChatOutputOptions,
+    MemoryOptions,
+    ModelOptions,
+    SourceOptions,
+    session_settings,
+    with_option_groups,
+)
 
 
 def _folder(option: str, value: str | None) -> Path | None:
@@ -37,14 +44,14 @@ def serve(
     restore: Annotated[str | None, typer.Option("--restore", metavar="DIR", help="At start, reopen every stream saved in DIR (by --save-on-exit).")] = None,
     autosave_every: Annotated[str, typer.Option("--autosave-every", metavar="TIME", help='How often streams opened with "autosave": true save.')] = "60s",
     keepalive: Annotated[str, typer.Option("--keepalive", metavar="TIME", help="SSE keep-alive comment interval.")] = "15s",
-    reconnect: ReconnectOpt = None,
     cluster: Annotated[str | None, typer.Option("--cluster", metavar="[ADDRESS]", is_flag=False, flag_value="local", help="Serve on a Ray cluster: engines as Ray actors (pip install 'hermes-video[cluster]'); no ADDRESS: start a local one (docs/cluster.md).")] = None,
     engines: Annotated[int, typer.Option("--engines", metavar="N", help="With --cluster: engine actors to start (one per GPU; N on a CPU for testing).")] = 2,
     snapshot_store: Annotated[str | None, typer.Option("--snapshot-store", metavar="DIR", help="With --cluster: the folder every stream autosaves into (failover and moves restore from it; default: a new temporary folder).")] = None,
     model_options: ModelOptions = ModelOptions(),
     memory_options: MemoryOptions = MemoryOptions(),
     answer_options: AnswerOptions = AnswerOptions(),
-    output: OutputOptions = OutputOptions(),
+    source_options: SourceOptions = SourceOptions(),
+    output: ChatOutputOptions = ChatOutputOptions(),
 ) -> None:
     """Serve the model over HTTP: open streams, ask about them with any OpenAI client.
 
@@ -70,6 +77,7 @@ def serve(
         raise UserError(str(exc)) from None
     try:
         autosave_s, keepalive_s = parse_time(autosave_every), parse_time(keepalive)
+        reconnect = source_options.reconnect
         reconnect_s = None if reconnect is None else parse_time(reconnect)
     except ValueError as exc:
         raise UserError(str(exc)) from None
@@ -120,7 +128,9 @@ def serve(
             for server in self.servers:
                 for sock in server.sockets:
                     address = sock.getsockname()
-                    err.print(f"hermes serve · {hub.model}{' · cluster' if cluster else ''} · listening on http://{host}:{address[1]}"
+                    shown = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
+                    err.print(f"hermes serve · {hub.model}{' · cluster' if cluster else ''} · listening on "
+                              f"http://{shown}:{address[1]}"
                               f"{'' if api_key else ' (no API key: loopback only)'}", soft_wrap=True, highlight=False)
                     return
 
@@ -133,7 +143,6 @@ def serve(
     if serve_settings.save_on_exit is not None:
         err.print(f"saved {len(hub.saved)} stream memories to {serve_settings.save_on_exit}", soft_wrap=True,
                   highlight=False)
-
 
 
 def _start_cluster(serve_settings, address: str, engines: int, store: str | None, autosave_s: float):

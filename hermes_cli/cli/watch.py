@@ -213,8 +213,6 @@ def chat(
 def chat_with_server(url: str | None, stream_id: str | None, api_key: str | None, *, json_out: bool,
                      max_new_tokens: int | None = None) -> None:
     """``hermes chat --server URL --stream ID``: the prompt (or plain lines) on a server's stream."""
-    import sys
-
     if not url or not stream_id:
         raise UserError("--server URL and --stream ID go together (GET URL/v1/streams lists the streams)")
     if not url.startswith(("http://", "https://")):

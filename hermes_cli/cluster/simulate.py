@@ -60,7 +60,7 @@ class Workload:
     tokens_per_frame: int = 196  # LLaVA-OneVision: 14 × 14 after pooling
     overhead: float = COMPRESSION_OVERHEAD
     chunk_frames: int = CHUNK_FRAMES
-    prefill_tps: float = 15000.0  # (est.) a 7B model on one GPU, scale-out.md
+    prefill_tps: float = 15000.0  # (est.) a 7B model on one GPU, from the scale-out design note
     slots: int = 64  # streams per engine by memory (50 × 0.34 GB ≈ 17 GB beside 15 GB of weights)
     pinned_share: float = 0.25  # streams that are local cameras, pinned to their node
     question_every_s: float = 900.0  # mean seconds between questions, per stream

@@ -37,6 +37,7 @@ import numpy as np
 
 from policies import Policy
 
+from ..errors import EXIT_BUG, HermesError
 from ..models.base import ModelAdapter
 from .config import SessionConfig
 from .decoding import BatchDecoder
@@ -50,15 +51,19 @@ __all__ = ["END", "Engine", "EngineStopped", "Event", "StreamCounts", "StreamFai
 END = object()  # ends an answer's piece queue
 
 
-class EngineStopped(RuntimeError):
+class EngineStopped(HermesError, RuntimeError):
     """The engine stopped before serving the request."""
+
+    exit_code = EXIT_BUG
 
     def __init__(self, message: str = "the engine has stopped") -> None:
         super().__init__(message)
 
 
-class StreamFailed(RuntimeError):
+class StreamFailed(HermesError, RuntimeError):
     """The stream failed (or was closed); the message says why. Other streams go on."""
+
+    exit_code = EXIT_BUG
 
 
 @dataclass(frozen=True)

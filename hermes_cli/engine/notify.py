@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from .. import defaults
+from ..errors import HermesError
 
 __all__ = [
     "ConditionState",
@@ -171,7 +172,7 @@ class NotifyEvent:
 
 
 # -- --on-notify ------------------------------------------------------------------------------------
-class NotifyCommandError(ValueError):
+class NotifyCommandError(HermesError, ValueError):
     """An ``--on-notify`` command that cannot run (one line saying why and what to do)."""
 
 

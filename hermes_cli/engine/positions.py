@@ -11,12 +11,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..errors import HermesError
 from ..models.base import EncodedChunk, ModelAdapter
 from ..positions.layout import VideoClock, compact_positions, next_position_after
 from .cache import StreamingCache
 
 
-class PositionLimitError(RuntimeError):
+class PositionLimitError(HermesError, RuntimeError):
     """The stream would pass the model's position limit."""
 
 

@@ -88,6 +88,6 @@ def memory_map(session) -> MemoryMap:
     step = session.adapter.frames_per_unit / session.config.fps
     spans = [(t, times[i + 1] if i + 1 < len(times) else t + step) for i, t in enumerate(times)]
     chunk_units = max(1, session.config.chunk_frames // session.adapter.frames_per_unit)
-    recent = spans[-chunk_units][0] if spans else None
+    recent = spans[-min(chunk_units, len(spans))][0] if spans else None  # a stream shorter than a chunk: all of it
     return MemoryMap(spans, shares, session.policy.layer_groups(len(shares)), summary,
                      session.adapter.frames_per_unit, recent)

@@ -18,6 +18,7 @@ import numpy as np
 from policies import Policy
 from policies.full import FullPolicy
 
+from ..errors import EXIT_BUG, HermesError
 from ..models.base import ModelAdapter
 from .cache import KIND_PREFIX, KIND_VIDEO, StreamingCache
 from .compression import Signals, compress, prefill_with_pseudo_queries, pseudo_query_attention
@@ -43,8 +44,11 @@ __all__ = [
 ]
 
 
-class AnswerOpenError(RuntimeError):
-    """Frames were offered while an answer's tokens are in the cache (finish or close it first)."""
+class AnswerOpenError(HermesError, RuntimeError):
+    """Frames were offered while an answer's tokens are in the cache (finish or close it first):
+    the caller's mistake, not the user's."""
+
+    exit_code = EXIT_BUG
 
 
 class OpenAnswer:

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from .. import __version__
+from ..errors import HermesError
 from ..settings import BY_FIELD, memory_fields
 
 FORMAT = "hermes-video-memory"
@@ -44,7 +45,7 @@ DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float
 MEMORY_SETTINGS = memory_fields()
 
 
-class SnapshotError(Exception):
+class SnapshotError(HermesError):
     """A snapshot that cannot be written or loaded here; str() is one line saying why and what to do."""
 
 
@@ -443,7 +444,6 @@ class Autosaver:
         self.source = source
         self.clock = clock
         self.last = clock()
-        self.saves = 0
 
     def tick(self) -> bool:
         """Save if the interval has passed; whether a snapshot was written."""
@@ -462,5 +462,4 @@ class Autosaver:
     def save(self) -> SaveReport:
         report = save(self.session, self.path, source=self.source)
         self.last = self.clock()
-        self.saves += 1
         return report

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 
 from ..app.streaming import parse_time
+from ..errors import HermesError
 from .answers import LETTERS, normalize, strip_marker
 from .forward import FORWARD_TASKS, OVO_REC, OVO_YES_NO, SB_PROACTIVE, SCORINGS, ovo_prompt, yes_no
 
@@ -58,7 +59,7 @@ KNOWN_QUESTION_KEYS = {"question", "answer", "end_time", "start_time", "time_sta
 _EMBEDDED = re.compile(r"^\s*(?:\(([A-Z])\)|([A-Z])[\.\):])\s*(.+?)\s*$")
 
 
-class AnnotationError(Exception):
+class AnnotationError(HermesError):
     """The file cannot be used at all (unreadable, not JSON, not a list of videos); one line."""
 
 

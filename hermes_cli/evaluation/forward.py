@@ -49,7 +49,7 @@ PROACTIVE_HOOK = (
     "describe on fire, keep its record())"
 )
 
-# The benchmark's prompts (OVO-Bench's constant.py), in its words.
+# The benchmark's prompts (OVO-Bench's constants module), in its words.
 _REC = ("You're watching a video in which people may perform a certain type of action repetively. "
         "The person performing this kind of action are referred to as 'they' in the following statement.\n"
         "You're task is to count how many times have different people in the video perform this kind of action "

@@ -12,6 +12,8 @@ import re
 import urllib.error
 import urllib.request
 
+from ..errors import HermesError
+
 SYSTEM = (
     "You are an intelligent chatbot designed for evaluating the correctness of generative outputs "
     "for question-answer pairs. Your task is to compare the predicted answer with the correct answer "
@@ -30,8 +32,8 @@ USER = (
 )
 
 
-class JudgeError(Exception):
-    pass
+class JudgeError(HermesError):
+    """The judge server failed or gave no verdict (one line)."""
 
 
 class Judge:

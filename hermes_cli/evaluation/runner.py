@@ -12,7 +12,7 @@ question is asked of the final memory; eager re-indexing by default, as in the H
 
 Every answer becomes one JSON record, appended to the results file as soon as it exists, so a run
 that stops can be resumed: questions already in the file are skipped (the file must have been
-written with the same settings). ``summarize`` aggregates records: multiple-choice accuracy
+written with the same settings). ``eval_summary`` aggregates records: multiple-choice accuracy
 overall, per task and per video-duration bucket; for open-ended sets the lenient match (and the
 judge's verdicts when one was asked).
 """
@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, TextIO
 
+from ..errors import HermesError
 from ..frames import Frame, FrameSource, SourceStats
 from ..settings import SettingsGroup, fingerprinted, settings_group
 from .annotations import AnnotationSet, Question, Video
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
     from ..engine.session import Session
 
 
-class EvalError(Exception):
+class EvalError(HermesError):
     """A problem with the run's inputs the user can fix (one line)."""
 
 
@@ -251,7 +252,7 @@ class NpyFrames:
         pass
 
 
-def open_frames(path: Path, video: Video, settings: EvalSettings, end_s: float | None) -> FrameSource:
+def open_question_video(path: Path, video: Video, settings: EvalSettings, end_s: float | None) -> FrameSource:
     """An iterable of frames (``image``, ``timestamp``) for a video, from its clip start to ``end_s``."""
     start = video.clip_start_s or 0.0
     if path.suffix.lower() == ".npy":
@@ -434,7 +435,7 @@ def run_job(job: Job, pending: list[Question], videos: dict[int, Video], setting
         asks = [TimedQuestion(format_question(q.question, q.choices)) for q in order]
     asked = 0
     try:
-        frames = open_frames(path, video, settings, end)
+        frames = open_question_video(path, video, settings, end)
         session = session_factory()
         session.config = replace(session.config, max_new_tokens=settings.max_new_tokens or (
             MC_MAX_NEW_TOKENS if all(q.multiple_choice for q in order) else OPEN_MAX_NEW_TOKENS
@@ -544,7 +545,7 @@ def _groups(rows: list[dict], key: str) -> dict:
     return {k: _accuracy(v) for k, v in sorted(out.items())}
 
 
-def summarize(records: list[dict], *, selected: int | None = None) -> dict:
+def eval_summary(records: list[dict], *, selected: int | None = None) -> dict:
     """Aggregate records; depends on the records only, so a resumed run summarises the same.
 
     Accuracies are percentages (as the papers print them). ``lenient_match`` is this tool's

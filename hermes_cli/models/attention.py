@@ -114,10 +114,39 @@ def probe_attention_forward(module, query: Tensor, key: Tensor, value: Tensor, a
                 scaling=scaling if scaling is not None else query.shape[-1] ** -0.5, **kwargs)
 
 
+def grouped_rows_attention(module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None,
+                           scaling: float | None = None, **kwargs):
+    """Attention of a few query rows per batch row over padded keys — the batched decode step
+    (``engine.cache.BatchView``): heads grouped by the key/value head they share, so keys and
+    values are read once, never copied per head (transformers' SDPA path repeats them whenever a
+    mask is given). ``query`` (B, H, q, D), ``key``/``value`` (B, Hkv, K, D), ``attention_mask``
+    (B, 1, q, K) boolean (True = may attend) or additive. Returns (B, q, H, D), None."""
+    b, heads, rows, dim = query.shape
+    kv_heads, n_keys = key.shape[1], key.shape[2]
+    group = heads // kv_heads
+    scale = scaling if scaling is not None else dim ** -0.5
+    q = query.reshape(b, kv_heads, group * rows, dim)
+    scores = torch.matmul(q, key.transpose(-1, -2)).float().mul_(scale).view(b, kv_heads, group, rows, n_keys)
+    if attention_mask is not None:
+        m = attention_mask[:, :, None]  # (B, 1, 1, q, K)
+        if m.dtype == torch.bool:
+            scores.masked_fill_(~m, float("-inf"))
+        else:
+            scores.add_(m.float())
+    probs = scores.softmax(dim=-1).to(value.dtype).view(b, kv_heads, group * rows, n_keys)
+    out = torch.matmul(probs, value).view(b, heads, rows, value.shape[-1])
+    return out.transpose(1, 2).contiguous(), None
+
+
+ROWS_IMPLEMENTATION = "hermes_rows"
+
+
 def register() -> None:
-    """Make ``PROBE_IMPLEMENTATION`` known to transformers (idempotent)."""
+    """Make ``PROBE_IMPLEMENTATION`` and ``ROWS_IMPLEMENTATION`` known to transformers (idempotent)."""
     AttentionInterface.register(PROBE_IMPLEMENTATION, probe_attention_forward)
     ALL_MASK_ATTENTION_FUNCTIONS.register(PROBE_IMPLEMENTATION, sdpa_mask)
+    AttentionInterface.register(ROWS_IMPLEMENTATION, grouped_rows_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(ROWS_IMPLEMENTATION, sdpa_mask)
 
 
 def base_attention(implementation: str) -> Callable:

@@ -209,10 +209,15 @@ class ModelAdapter(ABC):
         Returns the last hidden states (B, n, hidden)."""
         rows = [self.position_ids(p) for p in positions]  # (1, n) or (A, 1, n) each
         position_ids = torch.cat(rows, dim=0 if rows[0].dim() == 2 else 1)
-        return self.text_model(
-            inputs_embeds=embeds.to(self.dtype), attention_mask=attention_mask, position_ids=position_ids,
-            cache=cache, use_cache=True,
-        ).last_hidden_state
+        previous = self.text_model.config._attn_implementation
+        self.text_model.set_attn_implementation(attention.ROWS_IMPLEMENTATION)  # grouped heads: no copied keys
+        try:
+            return self.text_model(
+                inputs_embeds=embeds.to(self.dtype), attention_mask=attention_mask, position_ids=position_ids,
+                cache=cache, use_cache=True,
+            ).last_hidden_state
+        finally:
+            self.text_model.set_attn_implementation(previous)
 
     def _run(self, embeds: Tensor, positions: Tensor, cache, attentions: bool, attention_mask: Tensor | None,
              chunk: EncodedChunk | None = None):

@@ -17,6 +17,7 @@ import torch
 from ..positions.layout import VideoClock
 from .base import EncodedChunk, ModelAdapter
 from .synthetic import synthetic_embeddings
+from .tiny import LLAVA_SPECIALS, WHOLE_WORDS, chat_template, make_tokenizer, seeded, token_ids
 
 
 class LlavaOneVisionAdapter(ModelAdapter):
@@ -83,3 +84,79 @@ class LlavaOneVisionAdapter(ModelAdapter):
 
     def video_clock(self, video_start: int, fps: float) -> VideoClock:
         return VideoClock(t_origin=video_start, hw_origin=video_start, unit_origin=0, interval=1.0)
+
+
+# -- built-in and full-size random-weight models (families.py) -------------------------------------
+def tiny_model(name: str, num_layers: int = 10, max_positions: int = 32768):
+    """(model, processor) of the built-in random-weight LLaVA-OneVision with ``num_layers``
+    decoder layers."""
+    from transformers import LlavaOnevisionConfig, LlavaOnevisionForConditionalGeneration, LlavaOnevisionProcessor
+    from transformers.models.llava_onevision.image_processing_llava_onevision import (
+        LlavaOnevisionImageProcessor,
+    )
+    from transformers.models.llava_onevision.video_processing_llava_onevision import (
+        LlavaOnevisionVideoProcessor,
+    )
+
+    tokenizer = make_tokenizer(LLAVA_SPECIALS)
+    ids = tokenizer.convert_tokens_to_ids
+    image_size, patch = 56, 14  # 4×4 patches, pooled to 2×2 = 4 tokens per frame
+    config = LlavaOnevisionConfig(  # type: ignore[call-arg]  # transformers' typed config __init__ omits inherited kwargs
+        vision_config=dict(
+            model_type="siglip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=2, image_size=image_size, patch_size=patch,
+        ),
+        text_config=dict(
+            model_type="qwen2", hidden_size=64, intermediate_size=128, num_hidden_layers=num_layers,
+            num_attention_heads=4, num_key_value_heads=2, vocab_size=512, max_position_embeddings=max_positions,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e4},
+            bos_token_id=ids("<|endoftext|>"), eos_token_id=ids("<|im_end|>"), pad_token_id=ids("<|endoftext|>"),
+        ),
+        image_token_id=ids("<image>"), video_token_id=ids("<video>"),
+        vision_feature_select_strategy="full", vision_feature_layer=-1,
+        image_grid_pinpoints=[[image_size, image_size]],
+    )
+    size = {"height": image_size, "width": image_size}
+    processor = LlavaOnevisionProcessor(
+        image_processor=LlavaOnevisionImageProcessor(size=size, image_grid_pinpoints=[[image_size, image_size]]),
+        tokenizer=tokenizer,
+        video_processor=LlavaOnevisionVideoProcessor(size=size),
+        num_image_tokens=(image_size // patch) ** 2,
+        vision_feature_select_strategy="full",
+        chat_template=chat_template("<video>\n"),
+    )
+    return seeded(lambda: LlavaOnevisionForConditionalGeneration(config)), processor
+
+
+def full_size_model(cfg: dict):
+    """(config, processor, model class) of a full-size LLaVA-OneVision from its shipped configuration."""
+    from transformers import LlavaOnevisionConfig, LlavaOnevisionForConditionalGeneration, LlavaOnevisionProcessor
+    from transformers.models.llava_onevision.image_processing_llava_onevision import LlavaOnevisionImageProcessor
+    from transformers.models.llava_onevision.video_processing_llava_onevision import LlavaOnevisionVideoProcessor
+
+    tokenizer = make_tokenizer(LLAVA_SPECIALS, WHOLE_WORDS)
+    ids = token_ids(tokenizer, {"eos": "<|im_end|>", "pad": "<|endoftext|>", "image": "<image>", "video": "<video>"})
+    text = {k: v for k, v in cfg["text_config"].items()}
+    text.update(bos_token_id=ids["pad"], eos_token_id=ids["eos"], pad_token_id=ids["pad"])
+    vision = dict(cfg["vision_config"])
+    size = vision["image_size"]
+    config = LlavaOnevisionConfig(  # type: ignore[call-arg]  # transformers' typed config __init__ omits inherited kwargs
+        vision_config=vision,
+        text_config=text,
+        image_token_id=ids["image"],
+        video_token_id=ids["video"],
+        projector_hidden_act=cfg.get("projector_hidden_act", "gelu"),
+        vision_feature_layer=cfg.get("vision_feature_layer", -1),
+        vision_feature_select_strategy=cfg.get("vision_feature_select_strategy", "full"),
+        vision_aspect_ratio=cfg.get("vision_aspect_ratio", "anyres_max_9"),
+        tie_word_embeddings=cfg.get("tie_word_embeddings", False),
+    )
+    processor = LlavaOnevisionProcessor(
+        image_processor=LlavaOnevisionImageProcessor(size={"height": size, "width": size}),
+        tokenizer=tokenizer,
+        video_processor=LlavaOnevisionVideoProcessor(size={"height": size, "width": size}),
+        num_image_tokens=(size // vision["patch_size"]) ** 2,
+        vision_feature_select_strategy=config.vision_feature_select_strategy,
+        chat_template=chat_template("<video>\n"),
+    )
+    return config, processor, LlavaOnevisionForConditionalGeneration

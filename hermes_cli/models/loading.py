@@ -1,4 +1,5 @@
-"""Loading models: a hub id, a local directory, or a built-in tiny random-weight model."""
+"""Loading models: a hub id, a local directory, or a built-in tiny random-weight model, behind
+the adapter its family record names (``families.py``)."""
 
 from __future__ import annotations
 
@@ -7,29 +8,20 @@ from pathlib import Path
 import torch
 
 from .base import ModelAdapter
-from .llava_onevision import LlavaOneVisionAdapter
 from .placement import dispatch, main_device, max_memory_from_env, pretrained_kwargs
-from .qwen3_vl import Qwen3VLAdapter
-from .qwen_vl import QwenVLAdapter
 from .registry import (
     BUILTIN,
-    FAMILIES,
     WAY_OUT,
     ModelLoadError,
     check_model_name,
     default_for,
+    family_named,
     family_of_type,
     locally_present,
     model_from_env,
+    supported_types,
 )
-from .tiny import tiny_llava_onevision, tiny_qwen, tiny_qwen3_vl
-
-# family name -> adapter class
-ADAPTERS: dict[str, type[ModelAdapter]] = {
-    "qwen2.5-vl": QwenVLAdapter,
-    "llava-onevision": LlavaOneVisionAdapter,
-    "qwen3-vl": Qwen3VLAdapter,
-}
+from .tiny import build_tiny
 
 
 def default_model() -> tuple[str, str]:
@@ -58,14 +50,6 @@ def pick_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
         raise ModelLoadError(f"unknown dtype {dtype!r}: use auto, fp32, bf16 or fp16") from None
 
 
-def _tiny(name: str, **sizes):
-    """(model, processor) of a built-in random-weight model."""
-    family = BUILTIN[name]
-    if family == "qwen3-vl":
-        return tiny_qwen3_vl(moe=name.endswith("-moe"), **sizes)
-    return {"qwen2.5-vl": tiny_qwen, "llava-onevision": tiny_llava_onevision}[family](**sizes)
-
-
 def load_model(name: str | None = None, *, device: str | None = None, dtype: str | None = None,
                num_layers: int | None = None, max_positions: int | None = None,
                max_pixels: int | None = None, max_memory: dict | None = None) -> ModelAdapter:
@@ -85,8 +69,8 @@ def load_model(name: str | None = None, *, device: str | None = None, dtype: str
     dt = pick_dtype(dtype, dev)
     if name in BUILTIN:
         sizes = {k: v for k, v in (("num_layers", num_layers), ("max_positions", max_positions)) if v}
-        model, processor = _tiny(name, **sizes)
-        cls = ADAPTERS[BUILTIN[name]]
+        model, processor = build_tiny(name, **sizes)
+        cls = family_named(BUILTIN[name]).adapter_class()
         if dev.type == "cpu":
             torch.set_num_threads(1)  # tiny matrices: more threads only add synchronisation
         if spread:
@@ -109,8 +93,7 @@ def _load_pretrained(name: str, device: torch.device, dtype: torch.dtype, max_pi
         ) from exc
     family = family_of_type(config.model_type)
     if family is None:
-        supported = ", ".join(sorted(t for f in FAMILIES for t in f.model_types))
-        raise ModelLoadError(f"{name} is a {config.model_type!r} model; supported types: {supported}")
+        raise ModelLoadError(f"{name} is a {config.model_type!r} model; supported types: {supported_types()}")
     try:
         processor = AutoProcessor.from_pretrained(name)
         if spread:
@@ -120,7 +103,7 @@ def _load_pretrained(name: str, device: torch.device, dtype: torch.dtype, max_pi
             model = model.to(device)  # type: ignore[arg-type]  # transformers types .to() too narrowly
     except Exception as exc:
         raise ModelLoadError(f"cannot load weights of {name!r}: {exc}".splitlines()[0]) from exc
-    adapter = ADAPTERS[family.name](model, processor, name=name, max_pixels=max_pixels)
+    adapter = family.adapter_class()(model, processor, name=name, max_pixels=max_pixels)
     if spread:
         adapter.device_map = dict(getattr(model, "hf_device_map", {}))
         adapter.input_device = main_device(adapter.device_map)

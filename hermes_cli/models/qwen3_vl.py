@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -42,8 +43,9 @@ from torch import Tensor
 
 from ..positions.layout import VideoClock
 from .base import EncodedChunk, ModelAdapter
-from .qwen_vl import video_facts
+from .qwen_vl import full_size_text, video_facts
 from .synthetic import processor_grid, synthetic_embeddings
+from .tiny import QWEN_SPECIALS, chat_template, make_tokenizer, seeded
 
 
 @dataclass
@@ -221,3 +223,79 @@ class Qwen3VLAdapter(ModelAdapter):
         mask = torch.zeros(length, dtype=torch.bool)
         mask[: chunk.visual_mask.shape[0]] = chunk.visual_mask.cpu()
         return {"visual_pos_masks": mask.to(self.device).unsqueeze(0), "deepstack_visual_embeds": chunk.deepstack}
+
+
+# -- built-in and full-size random-weight models (families.py) -------------------------------------
+def _qwen3_vl_config(moe: bool, num_layers: int, max_positions: int, ids):
+    """A tiny Qwen3-VL configuration: interleaved M-RoPE (sections 4, 2, 2 of 8 frequencies), a
+    3-block vision tower whose blocks 0 and 1 feed DeepStack, 16-pixel patches merged 2×2."""
+    text = dict(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=num_layers, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, vocab_size=512, max_position_embeddings=max_positions,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [4, 2, 2],
+                         "mrope_interleaved": True},
+        bos_token_id=ids("<|endoftext|>"), eos_token_id=ids("<|im_end|>"), pad_token_id=ids("<|endoftext|>"),
+    )
+    if moe:
+        text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, decoder_sparse_step=1)
+    vision = dict(
+        depth=3, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=16,
+        spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=64, deepstack_visual_indexes=[0, 1],
+    )
+    return dict(
+        text_config=text, vision_config=vision,
+        video_token_id=ids("<|video_pad|>"), image_token_id=ids("<|image_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"),
+    )
+
+
+def tiny_model(name: str, num_layers: int = 10, max_positions: int = 32768):
+    """(model, processor) of a built-in random-weight Qwen3-VL (``tiny-qwen3-vl-moe``: Qwen3-VL-MoE,
+    4 experts, top 2).
+
+    Frames keep their area up to 16 cells of 32×32 pixels each (``max_video_tokens``) whatever
+    the chunk length, so a chunk's frames are processed exactly as in the whole video. The chat
+    template renders the video as the bare ``<|video_pad|>`` that the processor expands into
+    ``<t seconds><|vision_start|>cells<|vision_end|>`` per temporal patch.
+    """
+    import transformers
+    from transformers import Qwen3VLProcessor
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+
+    moe = name.endswith("-moe")
+    Config: Any = transformers.Qwen3VLMoeConfig if moe else transformers.Qwen3VLConfig
+    Model: Any = transformers.Qwen3VLMoeForConditionalGeneration if moe else transformers.Qwen3VLForConditionalGeneration
+
+    tokenizer = make_tokenizer(QWEN_SPECIALS)
+    config = Config(**_qwen3_vl_config(moe, num_layers, max_positions, tokenizer.convert_tokens_to_ids))
+    size = {"shortest_edge": 32 * 32 * 2, "longest_edge": 32 * 32 * 100_000}
+    processor = Qwen3VLProcessor(
+        image_processor=Qwen2VLImageProcessor(size=size, patch_size=16),
+        tokenizer=tokenizer,
+        video_processor=Qwen3VLVideoProcessor(size=size, max_video_tokens=16),
+        chat_template=chat_template("<|video_pad|>"),
+    )
+    return seeded(lambda: Model(config)), processor
+
+
+def full_size_model(cfg: dict):
+    """(config, processor, model class) of a full-size Qwen3-VL from its shipped configuration."""
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration, Qwen3VLProcessor
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+
+    tokenizer, ids, text = full_size_text(cfg)
+    config = Qwen3VLConfig(
+        text_config=text, vision_config=dict(cfg["vision_config"]),
+        video_token_id=ids["video"], image_token_id=ids["image"],
+        vision_start_token_id=ids["vstart"], vision_end_token_id=ids["vend"],
+        tie_word_embeddings=cfg.get("tie_word_embeddings", False),
+    )
+    processor = Qwen3VLProcessor(
+        image_processor=Qwen2VLImageProcessor(patch_size=16),
+        tokenizer=tokenizer,
+        video_processor=Qwen3VLVideoProcessor(),  # the library's defaults: Qwen3-VL's video sizes
+        chat_template=chat_template("<|vision_start|><|video_pad|><|vision_end|>"),
+    )
+    return config, processor, Qwen3VLForConditionalGeneration

@@ -22,6 +22,7 @@ import torch
 from ..positions.layout import VideoClock, scaled_positions, time_interval
 from .base import EncodedChunk, ModelAdapter
 from .synthetic import processor_grid, synthetic_embeddings
+from .tiny import QWEN_SPECIALS, WHOLE_WORDS, chat_template, make_tokenizer, seeded, token_ids
 
 
 def video_facts(processor) -> tuple[int, int, str, int]:
@@ -109,3 +110,75 @@ class QwenVLAdapter(ModelAdapter):
     def chunk_positions(self, chunk: EncodedChunk, clock: VideoClock, next_free: int):
         t = clock.t_origin + scaled_positions(chunk.unit - clock.unit_origin, clock.interval)
         return torch.stack([t, clock.hw_origin + chunk.row, clock.hw_origin + chunk.col], dim=1)
+
+
+# -- built-in and full-size random-weight models (families.py) -------------------------------------
+def tiny_model(name: str, num_layers: int = 10, max_positions: int = 32768):
+    """(model, processor) of the built-in random-weight Qwen2.5-VL (``tiny``) with ``num_layers``
+    decoder layers."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
+    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+
+    tokenizer = make_tokenizer(QWEN_SPECIALS)
+    ids = tokenizer.convert_tokens_to_ids
+    config = Qwen2_5_VLConfig(  # type: ignore[call-arg]  # transformers' typed config __init__ omits inherited kwargs
+        text_config=dict(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=num_layers, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=512, max_position_embeddings=max_positions,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 3, 3]},
+            bos_token_id=ids("<|endoftext|>"), eos_token_id=ids("<|im_end|>"), pad_token_id=ids("<|endoftext|>"),
+        ),
+        vision_config=dict(
+            depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, window_size=56,
+            fullatt_block_indexes=[1], patch_size=14, spatial_merge_size=2, temporal_patch_size=2,
+            tokens_per_second=2,
+        ),
+        video_token_id=ids("<|video_pad|>"), image_token_id=ids("<|image_pad|>"),  # type: ignore[arg-type]  # transformers' typed config __init__ omits inherited kwargs
+        vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"),  # type: ignore[arg-type]  # transformers' typed config __init__ omits inherited kwargs
+        bos_token_id=ids("<|endoftext|>"), eos_token_id=ids("<|im_end|>"), pad_token_id=ids("<|endoftext|>"),
+    )
+    size = {"shortest_edge": 56 * 56, "longest_edge": 112 * 84}
+    processor = Qwen2_5_VLProcessor(
+        image_processor=Qwen2VLImageProcessor(size=size),
+        tokenizer=tokenizer,
+        video_processor=Qwen2VLVideoProcessor(size=size),
+        chat_template=chat_template("<|vision_start|><|video_pad|><|vision_end|>"),
+    )
+    return seeded(lambda: Qwen2_5_VLForConditionalGeneration(config)), processor
+
+
+def full_size_text(cfg: dict):
+    """(tokenizer, special token ids, text config) shared by the Qwen-VL families."""
+    tokenizer = make_tokenizer(QWEN_SPECIALS, WHOLE_WORDS)
+    ids = token_ids(tokenizer, {
+        "eos": "<|im_end|>", "pad": "<|endoftext|>", "image": "<|image_pad|>", "video": "<|video_pad|>",
+        "vstart": "<|vision_start|>", "vend": "<|vision_end|>",
+    })
+    text = dict(cfg["text_config"])
+    text.update(bos_token_id=ids["pad"], eos_token_id=ids["eos"], pad_token_id=ids["pad"])
+    return tokenizer, ids, text
+
+
+def full_size_model(cfg: dict):
+    """(config, processor, model class) of a full-size Qwen2.5-VL from its shipped configuration."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
+    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+
+    tokenizer, ids, text = full_size_text(cfg)
+    config = Qwen2_5_VLConfig(  # type: ignore[call-arg]  # transformers' typed config __init__ omits inherited kwargs
+        text_config=text,
+        vision_config=dict(cfg["vision_config"]),
+        video_token_id=ids["video"], image_token_id=ids["image"],
+        vision_start_token_id=ids["vstart"], vision_end_token_id=ids["vend"],
+        bos_token_id=ids["pad"], eos_token_id=ids["eos"], pad_token_id=ids["pad"],
+        tie_word_embeddings=cfg.get("tie_word_embeddings", False),
+    )
+    processor = Qwen2_5_VLProcessor(
+        image_processor=Qwen2VLImageProcessor(),
+        tokenizer=tokenizer,
+        video_processor=Qwen2VLVideoProcessor(),  # the library's defaults: Qwen2.5-VL's video sizes
+        chat_template=chat_template("<|vision_start|><|video_pad|><|vision_end|>"),
+    )
+    return config, processor, Qwen2_5_VLForConditionalGeneration

@@ -1,36 +1,19 @@
 """Every model name the tool knows, and telling what a ``--model`` name refers to — light to import.
 
 Importing torch and transformers takes seconds; a name that cannot work should fail before that.
-This is the one registry: families (with the transformers model types each adapter serves),
-the built-in random-weight models, and the full-size architectures ``hermes bench`` builds.
+Everything here is derived from the family records (``families.py``): the built-in random-weight
+models, the full-size architectures ``hermes bench`` builds and their other names, the family a
+model type or a hub id belongs to; plus the default model for a machine.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-
-@dataclass(frozen=True)
-class Family:
-    """A model family: its transformers model types and published checkpoints."""
-
-    name: str
-    model_types: tuple[str, ...]
-    examples: tuple[str, ...]
-    frames_per_unit: int = 1  # frames encoded together (Qwen-VL: 2 per temporal patch)
-
-
-FAMILIES = (
-    Family("qwen2.5-vl", ("qwen2_5_vl", "qwen2_vl"),
-           ("Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen2.5-VL-3B-Instruct", "Qwen/Qwen2-VL-7B-Instruct"), 2),
-    Family("llava-onevision", ("llava_onevision",),
-           ("llava-hf/llava-onevision-qwen2-7b-ov-hf", "llava-hf/llava-onevision-qwen2-0.5b-ov-hf")),
-    Family("qwen3-vl", ("qwen3_vl", "qwen3_vl_moe"),
-           ("Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-4B-Instruct", "Qwen/Qwen3-VL-30B-A3B-Instruct"), 2),
-)
+from ..errors import HermesError
+from .families import FAMILIES, Family
 
 # the default on a GPU: (GiB free, models that fit in bf16 with room for the cache, preferred first)
 GPU_TIERS = (
@@ -41,33 +24,12 @@ GPU_TIERS = (
 SMALL_MODEL = "llava-hf/llava-onevision-qwen2-0.5b-ov-hf"  # no GPU, or a small one
 
 # built-in random-weight models: name -> family
-BUILTIN: dict[str, str] = {
-    "tiny": "qwen2.5-vl", "tiny-qwen2.5-vl": "qwen2.5-vl", "tiny-llava-onevision": "llava-onevision",
-    "tiny-qwen3-vl": "qwen3-vl", "tiny-qwen3-vl-moe": "qwen3-vl",
-}
+BUILTIN: dict[str, str] = {name: f.name for f in FAMILIES for name in f.builtin}
 TINY_NAMES = tuple(BUILTIN)
 
-# full-size architectures for ``hermes bench --arch``: name -> shipped config file
-ARCHS: dict[str, str] = {
-    "llava-onevision-0.5b": "llava-onevision-qwen2-0.5b-ov.json",
-    "llava-onevision-7b": "llava-onevision-qwen2-7b-ov.json",
-    "qwen2.5-vl-3b": "qwen2.5-vl-3b.json",
-    "qwen2.5-vl-7b": "qwen2.5-vl-7b.json",
-    "qwen3-vl-2b": "qwen3-vl-2b.json",
-    "qwen3-vl-4b": "qwen3-vl-4b.json",
-    "qwen3-vl-8b": "qwen3-vl-8b.json",
-}
-ARCH_ALIASES: dict[str, str] = {
-    "llava-hf/llava-onevision-qwen2-0.5b-ov-hf": "llava-onevision-0.5b",
-    "llava-onevision-qwen2-0.5b-ov": "llava-onevision-0.5b",
-    "llava-hf/llava-onevision-qwen2-7b-ov-hf": "llava-onevision-7b",
-    "llava-onevision-qwen2-7b-ov": "llava-onevision-7b",
-    "qwen/qwen2.5-vl-3b-instruct": "qwen2.5-vl-3b",
-    "qwen2.5-vl-3b-instruct": "qwen2.5-vl-3b",
-    "qwen/qwen2.5-vl-7b-instruct": "qwen2.5-vl-7b",
-    "qwen2.5-vl-7b-instruct": "qwen2.5-vl-7b",
-    **{f"{prefix}qwen3-vl-{size}-instruct": f"qwen3-vl-{size}" for prefix in ("", "qwen/") for size in ("2b", "4b", "8b")},
-}
+# full-size architectures for ``hermes bench --arch``, by name: name -> family; other names for each
+ARCHS: dict[str, Family] = dict(sorted((arch.name, f) for f in FAMILIES for arch in f.archs))
+ARCH_ALIASES: dict[str, str] = {alias: arch.name for f in FAMILIES for arch in f.archs for alias in arch.aliases}
 
 
 def default_for(gpu_free_gib: float | None, present: Callable[[str], bool] | None = None) -> tuple[str, str]:
@@ -91,9 +53,34 @@ def locally_present(model_id: str) -> bool:
     return Path(model_id).expanduser().is_dir() or in_hub_cache(model_id)
 
 
+def family_named(name: str) -> Family:
+    """The family of this name (KeyError for a name that is none)."""
+    return {f.name: f for f in FAMILIES}[name]
+
+
 def family_of_type(model_type: str) -> Family | None:
     """The family whose adapter serves a transformers ``model_type``."""
     return next((f for f in FAMILIES if model_type in f.model_types), None)
+
+
+def supported_types() -> str:
+    """Every transformers model type some family serves, for messages."""
+    return ", ".join(sorted(t for f in FAMILIES for t in f.model_types))
+
+
+def family_of_name(name: str) -> Family | None:
+    """The family a built-in name or hub id belongs to, told from the name alone: a built-in, a
+    published checkpoint, or else the longest name pattern all of whose parts the name contains
+    (so ``qwen3-vl`` wins over ``qwen``+``vl``). None when no family's pattern fits."""
+    if name in BUILTIN:
+        return family_named(BUILTIN[name])
+    lower = name.lower()
+    for family in FAMILIES:
+        if lower in (m.lower() for m in family.examples):
+            return family
+    fits = [(sum(map(len, pattern)), f) for f in FAMILIES for pattern in f.name_patterns
+            if all(part in lower for part in pattern)]
+    return max(fits, key=lambda fit: fit[0])[1] if fits else None
 
 
 def resolve_arch(name: str) -> str:
@@ -108,7 +95,7 @@ def resolve_arch(name: str) -> str:
 WAY_OUT = "pass a local directory with --model PATH, or try --model tiny"
 
 
-class ModelLoadError(Exception):
+class ModelLoadError(HermesError):
     """A model could not be loaded; the message is one line that names the way out."""
 
 

@@ -1,6 +1,6 @@
 """Rotary-position arithmetic for a KV cache whose keys are stored *after* RoPE.
 
-Positions belong to the session (see docs/architecture). When tokens are evicted the retained
+Positions belong to the session (see docs/architecture.md). When tokens are evicted the retained
 positions are re-indexed (*compaction*) and the cached keys are corrected in place by the rotary
 delta instead of being recomputed:
 
@@ -248,12 +248,6 @@ class RotaryDelta:
         Computed in fp32; rotations compose: ``rotate(rotate(k, d1), d2) ≈ rotate(k, d1 + d2)``.
         """
         return self._rotated_fp32(keys, delta).to(keys.dtype)
-
-    def rotate_(self, keys: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-        """In-place :meth:`rotate`: writes into ``keys`` and returns it."""
-        out = self._rotated_fp32(keys, delta)
-        keys.copy_(out)
-        return keys
 
     def __repr__(self) -> str:
         return (

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import logging
 import queue
 import threading
 import time
@@ -37,6 +38,7 @@ from .streams import Hub, StreamEntry
 
 __all__ = ["create_app"]
 
+log = logging.getLogger("hermes.serve")
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 END_KINDS = ("ended", "failed", "closed")
 
@@ -111,6 +113,19 @@ def create_app(engine: Engine | None, settings: ServeSettings, hub: Any = None) 
         text = {404: f"no route {request.method} {request.url.path} (docs/serve.md lists them)",
                 405: f"{request.method} is not allowed on {request.url.path}"}.get(exc.status_code, str(exc.detail))
         return JSONResponse(error_body(exc.status_code, text), status_code=exc.status_code)
+
+    @api.exception_handler(EngineStopped)
+    async def stopped(request: Request, exc: EngineStopped):
+        metrics.refused(503)
+        return JSONResponse(error_body(503, f"{exc}: the server is shutting down or its model failed",
+                                       "server_error"), status_code=503)
+
+    @api.exception_handler(Exception)
+    async def internal(request: Request, exc: Exception):  # a bug: still one line, never a traceback to the client
+        metrics.refused(500)
+        log.exception("internal error on %s %s", request.method, request.url.path)
+        return JSONResponse(error_body(500, f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())}",
+                                       "server_error"), status_code=500)
 
     async def read_json(request: Request) -> dict:
         limit = settings.max_body_bytes

@@ -313,7 +313,9 @@ class ServerFrames:
 
     @property
     def is_live(self) -> bool:
-        return self.stream.is_live
+        """False: nothing is read here (a waiting prompt asks the server's memory, not frames read
+        locally; the server paces and times its source)."""
+        return False
 
     @property
     def duration_s(self) -> float | None:
@@ -326,9 +328,8 @@ class ServerFrames:
             except ServerError:
                 return
             if view["state"] != "live":
-                return
-        return
-        yield  # a generator that yields nothing
+                break
+        yield from ()  # no frames: a generator that ends with the server's stream
 
     def close(self) -> None:
         self._closed.set()
@@ -346,16 +347,3 @@ def _message(reply) -> str:
     except (ValueError, KeyError, TypeError):
         return f"HTTP {reply.status_code} from the server"
 
-
-def wait_for_server(url: str, timeout_s: float = 10.0) -> None:
-    """Wait until ``url``/healthz answers (for scripts that start a server)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if httpx.get(f"{url.rstrip('/')}/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise ServerError(f"no hermes server at {url}")
-        time.sleep(0.1)

@@ -140,8 +140,12 @@ class Hub:
         memory = body.get("memory")
         if memory is not None or snapshot_path is not None:
             run = self._memory_run(snapshot_path or self._memory_path(memory, must_exist=True))
+            made_by = run.snapshot.model_name if run.snapshot is not None else self.model
+            if made_by != self.model:
+                raise Refused(422, f"memory {memory or snapshot_path} was made by model {made_by!r}; this server runs "
+                              f"{self.model!r} (fixed when it started)")
             try:
-                settings = run.settings(settings, given | {"model", "dtype"})
+                settings = run.settings(settings, given)
             except UserError as exc:
                 raise Refused(422, _field_text(str(exc))) from None
         try:
@@ -164,8 +168,6 @@ class Hub:
                 self._reserved -= 1
 
     def _stream_settings(self, body: dict):
-        from ..cli.factory import SessionSettings
-
         base = self.settings.session
         changes: dict = {}
         if "policy" in body:
@@ -188,9 +190,9 @@ class Hub:
             if not isinstance(opts, dict) or not all(isinstance(k, str) and isinstance(v, str | int | float | bool)
                                                      for k, v in opts.items()):
                 raise Refused(422, 'policy_opt must be an object of parameter values, e.g. {"alpha": 0.4}')
-            changes["policy_opts"] = tuple(f"{k}={_option_text(v)}" for k, v in opts.items())
+            changes["policy_opt"] = tuple(f"{k}={_option_text(v)}" for k, v in opts.items())
         given = {k for k in ("policy", "budget", "fps", "chunk") if k in body}
-        return SessionSettings(base.model, dataclasses.replace(base.memory, **changes), base.answers), given
+        return base.replace(**changes), given
 
     @staticmethod
     def _notifier(spec: object):
@@ -455,12 +457,6 @@ class Hub:
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.saved = saved
         return saved
-
-    def describe_limits(self) -> dict:
-        s = self.settings
-        return {"max_streams": s.max_streams, "max_answers_per_stream": s.max_answers_per_stream,
-                "max_body_bytes": s.max_body_bytes, "max_question_chars": s.max_question_chars,
-                "max_tokens": s.max_tokens}
 
 
 def _flag(body: dict, key: str) -> bool:
