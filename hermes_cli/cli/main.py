@@ -15,7 +15,7 @@ from .bench import bench
 from .console import DEBUG, err, out, set_verbosity
 from .eval import evaluate
 from .info import list_models, list_policies
-from .serve import serve
+from .serve import cluster_argv, serve
 from .watch import chat, watch
 
 app = typer.Typer(
@@ -86,6 +86,7 @@ def main() -> None:
     Ctrl-C); any other exception is a bug: one line naming it, exit code 1."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
+        sys.argv[1:] = cluster_argv(sys.argv[1:])
         app()
     except HermesError as exc:
         if exc.exit_code == EXIT_INTERRUPTED:

@@ -28,6 +28,18 @@ def _folder(option: str, value: str | None) -> Path | None:
     return path.resolve()
 
 
+def cluster_argv(argv: list[str]) -> list[str]:
+    """``hermes serve --cluster`` with no ADDRESS (last, or before another option) means a local
+    Ray cluster: the option's value becomes ``local`` (the CLI parser has no optional values)."""
+    if not argv or argv[0] != "serve":
+        return argv
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg == "--cluster" and (i + 1 == len(out) or out[i + 1].startswith("-")):
+            out[i] = "--cluster=local"
+    return out
+
+
 @with_option_groups
 def serve(
     host: Annotated[str, typer.Option("--host", metavar="ADDRESS", help="Address to listen on (another than loopback needs --api-key).")] = "127.0.0.1",
@@ -44,7 +56,7 @@ def serve(
     restore: Annotated[str | None, typer.Option("--restore", metavar="DIR", help="At start, reopen every stream saved in DIR (by --save-on-exit).")] = None,
     autosave_every: Annotated[str, typer.Option("--autosave-every", metavar="TIME", help='How often streams opened with "autosave": true save.')] = "60s",
     keepalive: Annotated[str, typer.Option("--keepalive", metavar="TIME", help="SSE keep-alive comment interval.")] = "15s",
-    cluster: Annotated[str | None, typer.Option("--cluster", metavar="[ADDRESS]", is_flag=False, flag_value="local", help="Serve on a Ray cluster: engines as Ray actors (pip install 'hermes-video[cluster]'); no ADDRESS: start a local one (docs/cluster.md).")] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", metavar="[ADDRESS]", help="Serve on a Ray cluster: engines as Ray actors (pip install 'hermes-video[cluster]'); no ADDRESS: start a local one (docs/cluster.md).")] = None,
     engines: Annotated[int, typer.Option("--engines", metavar="N", help="With --cluster: engine actors to start (one per GPU; N on a CPU for testing).")] = 2,
     snapshot_store: Annotated[str | None, typer.Option("--snapshot-store", metavar="DIR", help="With --cluster: the folder every stream autosaves into (failover and moves restore from it; default: a new temporary folder).")] = None,
     model_options: ModelOptions = ModelOptions(),
