@@ -405,7 +405,7 @@ class Registry:
                 self.table.remove_stream(sid)
                 return view
             self.bodies[sid] = body
-        self.store.write_index(IndexEntry(sid, body, move.epoch))
+        self.store.write_index(IndexEntry(sid, body, move.epoch or 1))
         return {"id": sid, "engine": move.target, "epoch": move.epoch, "view": view}
 
     def close(self, sid: str) -> dict:
@@ -440,6 +440,8 @@ class Registry:
                 plan = self.table.plan_move(sid, to)
             except PlacementError as exc:
                 return {"error": [409, str(exc), "conflict_error"]}
+            if plan.source is None:
+                return {"error": [503, f"stream {sid} is on no engine now (pending): try again", "server_error"]}
             source, target = self.handles[plan.source], self.handles[plan.target]
             epoch = self.table.epoch(sid) + 1
             self.recovering.add(sid)
@@ -475,7 +477,8 @@ class Registry:
             if engine_id not in self.table.engines:
                 return {"error": [404, f"no engine {engine_id!r} (GET /v1/engines lists them)", "not_found_error"]}
             plan = self.table.drain(engine_id)
-        moved, failed = [], []
+        moved: list[dict] = []
+        failed: list[dict] = []
         for move in plan.moves:
             result = self.move(move.stream, move.target)
             (failed if "error" in result else moved).append(result)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
+from typing import Any
 
 from .actors import NAMESPACE, REGISTRY_NAME, ClusterSettings, EngineHost, Registry, engine_actor_name
 
@@ -22,7 +23,7 @@ class Cluster:
     """A running cluster (engines by id, the registry) and how to stop what this process started."""
 
     settings: ClusterSettings
-    serve_settings: object
+    serve_settings: Any  # serve.settings.ServeSettings
     engines: dict
     started_ray: bool
 
@@ -68,7 +69,7 @@ def start_cluster(serve_settings, store: str, *, engines: int = 2, address: str 
         started = True
     ids = tuple(f"e{i}" for i in range(engines))
     settings = ClusterSettings(store=str(store), engines=ids, **knobs)
-    actor = ray.remote(EngineHost)
+    actor: Any = ray.remote(EngineHost)
     handles = {eid: actor.options(name=engine_actor_name(eid), namespace=NAMESPACE, num_cpus=num_cpus,
                                   num_gpus=num_gpus, max_concurrency=64, max_restarts=-1).remote(
                                       eid, serve_settings, str(store), autosave_every_s)
@@ -77,8 +78,9 @@ def start_cluster(serve_settings, store: str, *, engines: int = 2, address: str 
     with contextlib.suppress(ValueError):  # a registry left by an earlier run of this cluster
         ray.kill(ray.get_actor(REGISTRY_NAME, namespace=NAMESPACE))
         time.sleep(0.5)
-    registry = ray.remote(Registry).options(name=REGISTRY_NAME, namespace=NAMESPACE, lifetime="detached",
-                                            max_restarts=-1, max_concurrency=32, num_cpus=0)
+    registry: Any = ray.remote(Registry)
+    registry = registry.options(name=REGISTRY_NAME, namespace=NAMESPACE, lifetime="detached", max_restarts=-1,
+                                max_concurrency=32, num_cpus=0)
     handle = registry.remote(settings)
     ray.get(handle.streams.remote(), timeout=120)
     return Cluster(settings, serve_settings, handles, started)
