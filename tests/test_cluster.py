@@ -181,6 +181,10 @@ def test_move_mid_stream_keeps_memory_bit_identical_and_bumps_epoch(gateway, sin
     assert before_epoch == 1
     assert gateway.post(f"/v1/streams/{sid}/pause").status_code == 200
     before = memory_of(gateway.post(f"/v1/streams/{sid}/snapshot", json={"name": "before-move"}).json()["path"])
+    events: list = []
+    watcher = threading.Thread(target=read_events, args=(gateway, sid, events), daemon=True)
+    watcher.start()
+    time.sleep(0.5)
 
     # a question in flight when the move starts completes first (from the old placement) or gets 409
     asked: dict = {}
@@ -218,6 +222,25 @@ def test_move_mid_stream_keeps_memory_bit_identical_and_bumps_epoch(gateway, sin
     answer = ask(gateway, sid).json()
     assert answer["hermes"]["token_ids"] == final_answer["hermes"]["token_ids"]
     assert answer["hermes"]["epoch"] == before_epoch + 1
+    # the SSE subscription followed the stream: "moved" (the new engine, epoch), its chunks, "ended"
+    watcher.join(30)
+    kinds = [e["event"] for e in events]
+    assert "closed" not in kinds and kinds[-1] == "ended", kinds
+    moved_event = events[kinds.index("moved")]
+    assert (moved_event["engine"], moved_event["epoch"]) == (moved.json()["engine"], before_epoch + 1)
+    assert "chunk" in kinds[kinds.index("moved"):], kinds
+
+
+def read_events(http, sid, into: list) -> None:
+    """The stream's SSE events (their JSON data) until it ends."""
+    import json
+
+    with http.stream("GET", f"/v1/streams/{sid}/events", timeout=60) as reply:
+        for line in reply.iter_lines():
+            if line.startswith("data: "):
+                into.append(json.loads(line[6:]))
+                if into[-1]["event"] in ("ended", "failed", "closed"):
+                    return
 
 
 def test_move_refusals_and_drain(gateway):
@@ -279,10 +302,16 @@ def test_registry_restart_rebuilds_the_same_table(gateway):
 # -- must-show 2: failover ------------------------------------------------------------------------
 @pytest.mark.parametrize("kill", ["SIGKILL", "ray.kill"])  # in this order: ray.kill is for good (last)
 def test_failover_resumes_on_the_other_engine_within_10s(gateway, single, kill):
+    import threading
+
     reference, final_answer = reference_run(single, f"ref-failover-{kill}")
     sid = open_stream(gateway, source="long.mp4", realtime=True)
     view = wait_frames(gateway, sid, 8)
     victim = view["engine"]
+    events: list = []
+    watcher = threading.Thread(target=read_events, args=(gateway, sid, events), daemon=True)
+    watcher.start()
+    time.sleep(0.3)
     row = next(r for r in gateway.get("/v1/engines").json()["engines"] if r["id"] == victim)
     from hermes_cli.cluster.actors import NAMESPACE, engine_actor_name
 
@@ -317,6 +346,11 @@ def test_failover_resumes_on_the_other_engine_within_10s(gateway, single, kill):
     answer = ask(gateway, sid).json()
     assert answer["hermes"]["token_ids"] == final_answer["hermes"]["token_ids"]
     assert answer["hermes"]["epoch"] == 2 and answer["hermes"]["as_of"] == final_answer["hermes"]["as_of"]
+    watcher.join(30)  # the SSE subscription followed the failover: "moved", the new engine's chunks, "ended"
+    kinds = [e["event"] for e in events]
+    assert kinds[-1] == "ended" and "moved" in kinds, kinds
+    moved_event = events[kinds.index("moved")]
+    assert moved_event["epoch"] == 2 and moved_event["reason"] == f"engine {victim} died"
     if kill == "ray.kill":
         assert victim not in {r["id"] for r in gateway.get("/v1/engines").json()["engines"]}
         return

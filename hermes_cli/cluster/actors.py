@@ -138,9 +138,16 @@ class EngineHost:
         view["engine"], view["epoch"] = self.id, self.epochs.get(sid, 1)
         return view
 
-    def close(self, sid: str) -> dict:
+    def close(self, sid: str, moved: dict | None = None) -> dict:
+        """Close ``sid``; ``moved`` (``{"engine", "epoch"}``): it lives on there now, and its
+        subscribers get a ``moved`` event before this copy's ``closed`` (the gateway follows it)."""
+        from ..engine.core import Event
         from ..serve.guard import Refused
 
+        if moved is not None:
+            for held, q in list(self.subs.values()):
+                if held == sid:
+                    q.put(Event("moved", sid, dict(moved)))
         self.epochs.pop(sid, None)
         try:
             self.hub.close(sid)
@@ -219,11 +226,12 @@ class EngineHost:
         self.subs[number] = (sid, q)
         return {"value": number}
 
-    def poll(self, number: int, timeout_s: float) -> list:
-        """The subscription's events so far (waits up to ``timeout_s`` for the first)."""
+    def poll(self, number: int, timeout_s: float) -> list | None:
+        """The subscription's events so far (waits up to ``timeout_s`` for the first); None for
+        a subscription this engine does not hold (it was restarted since: the stream is elsewhere)."""
         held = self.subs.get(number)
         if held is None:
-            return []
+            return None
         q, found = held[1], []
         with contextlib.suppress(queue.Empty):
             found.append(q.get(timeout=timeout_s))
@@ -462,7 +470,7 @@ class Registry:
                     ray.get(target.close.remote(sid))
                     ray.get(source.abort_move.remote(sid, ready["paused"]))
                     return {"error": [409, str(exc), "conflict_error"]}
-            ray.get(source.close.remote(sid))
+            ray.get(source.close.remote(sid, {"engine": plan.target, "epoch": done.epoch}))
             with self.lock:
                 self.store.write_index(IndexEntry(sid, self.bodies.get(sid, {}), done.epoch or epoch))
             return {"id": sid, "from": plan.source, "engine": plan.target, "epoch": done.epoch,

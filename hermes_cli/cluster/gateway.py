@@ -262,26 +262,59 @@ class RayStream:
 
 
 class RemoteEvents:
-    """A subscription to a stream's events on its engine (``get(timeout)`` like a queue)."""
+    """A subscription to a stream's events on its engine (``get(timeout)`` like a queue) that
+    follows the stream: on a ``moved`` event (a move) or its engine's death (a failover, once the
+    stream is restored) it subscribes on the new engine and hands on one ``moved`` event."""
 
     def __init__(self, stream: RayStream, number: int) -> None:
         self.stream, self.number = stream, number
-        self.handle, _, _ = stream.hub.locate(stream.id)
+        self.handle, self.engine_id, self.epoch = stream.hub.locate(stream.id)
         self.buffer: list = []
+        self.following = False  # a "moved" came: subscribe on the new engine (retried until the move is done)
+        self.lost: str | None = None  # the engine that died under the subscription
+
+    def _follow(self) -> bool:
+        """Subscribe where the stream is now (False while it is still being restored)."""
+        try:
+            self.handle, self.engine_id, self.epoch = self.stream.hub.locate(self.stream.id)
+            self.number = self.stream.hub.forward(self.stream.id, "subscribe")["value"]
+        except Refused:
+            return False
+        self.buffer, self.following = [], False
+        return True
 
     def get(self, timeout: float | None = None):
         import queue
 
+        from ..engine.core import Event
+
         ray = self.stream.hub._ray
+        if self.lost is not None or self.following:  # resubscribe where the stream lives now
+            if not self._follow():
+                time.sleep(min(timeout or 0.0, 0.2))
+                raise queue.Empty
+            if self.lost is not None:
+                lost, self.lost = self.lost, None
+                return Event("moved", self.stream.id, {"engine": self.engine_id, "epoch": self.epoch,
+                                                       "reason": f"engine {lost} died"})
         if not self.buffer:
             try:
-                self.buffer = ray.get(self.handle.poll.remote(self.number, timeout or 0.0))
+                found = ray.get(self.handle.poll.remote(self.number, timeout or 0.0))
             except ray.exceptions.RayActorError:
-                time.sleep(timeout or 0.0)
-                self.buffer = []
+                found = None
+            if found is None:  # the engine died (or came back empty): follow the failover
+                self.lost = self.engine_id
+                raise queue.Empty
+            self.buffer = found
         if not self.buffer:
             raise queue.Empty
-        return self.buffer.pop(0)
+        event = self.buffer.pop(0)
+        if event.kind == "moved":
+            with contextlib.suppress(Exception):
+                self.handle.unsubscribe.remote(self.number)
+            self.buffer, self.following = [], True
+            self._follow()
+        return event
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
