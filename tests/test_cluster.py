@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.media import make_video
+from tests.media import make_video, serve_mpegts_tcp
 from tests.serving import LiveServer
 
 ray = pytest.importorskip("ray", reason="the cluster tests need Ray: pip install 'hermes-video[cluster]'")
@@ -299,6 +299,46 @@ def test_registry_restart_rebuilds_the_same_table(gateway):
     print("failovers so far:", ray.get(gateway_registry().failover_log.remote()))
 
 
+def test_live_source_failover_resumes_at_now_with_a_gap(gateway):
+    """A live source's stream on a dead engine: restored elsewhere, its source reopened, a gap event."""
+    import threading
+
+    from hermes_cli.cluster.actors import NAMESPACE, engine_actor_name
+
+    url, _ = serve_mpegts_tcp(30, 4, (96, 64))
+    port = int(url.rsplit(":", 1)[1])
+    sid = open_stream(gateway, source=url)
+    view = wait_frames(gateway, sid, 4)
+    assert view["live"] is True
+    serve_mpegts_tcp(30, 4, (96, 64), port=port, first_index=1000)  # the camera, for the next connection
+    victim = view["engine"]
+    ray.kill(ray.get_actor(engine_actor_name(victim), namespace=NAMESPACE), no_restart=False)
+    deadline = time.monotonic() + 10
+    while True:
+        current = gateway.get(f"/v1/streams/{sid}")
+        if current.status_code == 200 and current.json()["epoch"] == 2:
+            break
+        assert time.monotonic() < deadline, current.text[:200]
+        time.sleep(0.05)
+    assert current.json()["engine"] != victim and current.json()["live"] is True
+    events: list = []
+    watcher = threading.Thread(target=read_events, args=(gateway, sid, events), daemon=True)
+    watcher.start()
+    deadline = time.monotonic() + 20
+    while not any(e["event"] == "chunk" for e in events):
+        assert time.monotonic() < deadline, events
+        time.sleep(0.1)
+    gap = events[0]
+    assert gap["event"] == "gap" and gap["epoch"] == 2 and "resumes at now" in gap["reason"]
+    later = wait_frames(gateway, sid, view["frames_seen"] + 4)
+    assert later["stream_time_s"] > gap["as_of"] >= view["stream_time_s"] - 1e-6
+    gateway.delete(f"/v1/streams/{sid}")
+    deadline = time.monotonic() + 60  # Ray restarted the engine: it rejoins before the next test
+    while victim not in {r["id"] for r in gateway.get("/v1/engines").json()["engines"]}:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+
 # -- must-show 2: failover ------------------------------------------------------------------------
 @pytest.mark.parametrize("kill", ["SIGKILL", "ray.kill"])  # in this order: ray.kill is for good (last)
 def test_failover_resumes_on_the_other_engine_within_10s(gateway, single, kill):
@@ -359,5 +399,6 @@ def test_failover_resumes_on_the_other_engine_within_10s(gateway, single, kill):
     while victim not in {r["id"] for r in gateway.get("/v1/engines").json()["engines"]}:
         assert time.monotonic() < deadline, "the restarted engine did not rejoin"
         time.sleep(0.2)
+
 
 

@@ -81,6 +81,7 @@ class EngineHost:
         self.moving: set[str] = set()
         self.lock = threading.Lock()
         self.jobs: dict[str, Any] = {}
+        self.gaps: dict[str, dict] = {}  # live streams restored here: the gap every new subscriber is told first
         self.subs: dict[int, tuple[str, queue.SimpleQueue]] = {}
         self._ids = itertools.count(1)
 
@@ -124,6 +125,12 @@ class EngineHost:
                                                                        source=entry.source_id))
         self.engine.set_autosaver(sid, saver)
         self.epochs[sid] = epoch
+        self.gaps.pop(sid, None)
+        if snapshot is not None and entry.live:  # a live source resumes at now: what came meanwhile is lost
+            as_of = entry.client.stats().stream_time_s
+            self.gaps[sid] = {"reason": f"restored on engine {self.id} at epoch {epoch}: a live source resumes "
+                                        "at now", "as_of": round(as_of, 3), "epoch": epoch}
+            entry.client.note("gap", **self.gaps[sid])
         view = self.view(sid)
         view["open_s"] = round(time.perf_counter() - t0, 4)  # restore included: what a failover or move costs here
         return view
@@ -149,6 +156,7 @@ class EngineHost:
                 if held == sid:
                     q.put(Event("moved", sid, dict(moved)))
         self.epochs.pop(sid, None)
+        self.gaps.pop(sid, None)
         try:
             self.hub.close(sid)
         except Refused as exc:
@@ -222,6 +230,10 @@ class EngineHost:
             q = self.hub.get(sid).client.subscribe()
         except Refused as exc:
             return _refusal(exc)
+        if sid in self.gaps:
+            from ..engine.core import Event
+
+            q.put(Event("gap", sid, dict(self.gaps[sid])))
         number = next(self._ids)
         self.subs[number] = (sid, q)
         return {"value": number}
