@@ -143,6 +143,18 @@ def test_six_streams_three_and_three_answers_equal_single_process(gateway, singl
         assert mine.json()["hermes"]["epoch"] == 1
     rows = gateway.get("/v1/engines").json()["engines"]
     assert all(row["memory_bytes"] > 0 for row in rows)
+    # the rest of hermes serve's routes answer through the cluster too
+    assert gateway.get("/healthz").json() == {"status": "ok"}
+    models = {m["id"] for m in gateway.get("/v1/models").json()["data"]}
+    assert {"tiny", *(f"hermes:stream/{sid}" for sid in sids)} <= models
+    metrics = gateway.get("/metrics").text
+    assert 'hermes_streams{state="ended"} 6' in metrics and f'hermes_stream_frames_ingested_total{{stream="{sids[0]}"}}' in metrics
+    listed = gateway.get("/v1/streams").json()["data"]
+    assert sorted(v["id"] for v in listed) == sorted(sids) and all(v["epoch"] == 1 for v in listed)
+    oneoff = gateway.post("/v1/chat/completions", json={"model": "tiny", "messages": [
+        {"role": "user", "content": [{"type": "video_url", "video_url": {"url": "cam0.mp4"}},
+                                     {"type": "text", "text": "What?"}]}]})
+    assert oneoff.status_code == 422 and "hermes:stream/ID" in oneoff.json()["error"]["message"]
 
 
 def reference_run(single, tmp_name):
