@@ -161,15 +161,15 @@ def _start_cluster(serve_settings, address: str, engines: int, store: str | None
     """``--cluster``: Ray (started here, or joined at ``address``), the engines, the registry, the gateway app."""
     import tempfile
 
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        raise UserError("hermes serve --cluster needs Ray: pip install 'hermes-video[cluster]'") from None
     if engines < 1:
         raise UserError(f"--engines must be at least 1, got {engines}")
     if serve_settings.save_on_exit is not None or serve_settings.restore is not None:
         raise UserError("--save-on-exit and --restore are for one server; a cluster keeps its memories in "
                         "--snapshot-store")
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise UserError("hermes serve --cluster needs Ray: pip install 'hermes-video[cluster]'") from None
     if store is None:
         store = tempfile.mkdtemp(prefix="hermes-store-")
         err.print(f"snapshot store: {store} (pass --snapshot-store DIR to keep it)", soft_wrap=True, highlight=False)
