@@ -166,14 +166,14 @@ def _start_cluster(serve_settings, address: str, engines: int, store: str | None
     if serve_settings.save_on_exit is not None or serve_settings.restore is not None:
         raise UserError("--save-on-exit and --restore are for one server; a cluster keeps its memories in "
                         "--snapshot-store")
+    folder = _folder("--snapshot-store", store)
     try:
         import ray  # noqa: F401
     except ImportError:
         raise UserError("hermes serve --cluster needs Ray: pip install 'hermes-video[cluster]'") from None
-    if store is None:
-        store = tempfile.mkdtemp(prefix="hermes-store-")
-        err.print(f"snapshot store: {store} (pass --snapshot-store DIR to keep it)", soft_wrap=True, highlight=False)
-    folder = _folder("--snapshot-store", store)
+    if folder is None:
+        folder = Path(tempfile.mkdtemp(prefix="hermes-store-"))
+        err.print(f"snapshot store: {folder} (pass --snapshot-store DIR to keep it)", soft_wrap=True, highlight=False)
     from ..cluster.launch import start_cluster
 
     device = serve_settings.session.model.device or "cpu"
