@@ -22,7 +22,10 @@ LAYERS = [
     ("hermes_cli.engine",),
     ("hermes_cli.app",),
     ("hermes_cli.bench", "hermes_cli.evaluation"),
-    ("hermes_cli.cli", "hermes_cli.serve"),  # serve builds streams from the CLI's settings
+    ("hermes_cli.cli", "hermes_cli.serve",  # serve builds streams from the CLI's settings
+     # the cluster's runtime: engine actors host serve's Hub, the gateway is serve's app, the CLI starts it
+     "hermes_cli.cluster.store", "hermes_cli.cluster.actors", "hermes_cli.cluster.gateway",
+     "hermes_cli.cluster.launch"),
     ("hermes_cli.__main__",),
 ]
 

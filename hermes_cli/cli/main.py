@@ -17,7 +17,7 @@ from .eval import evaluate
 from .info import list_models, list_policies
 from .logs import logs
 from .pull import pull
-from .serve import serve
+from .serve import cluster_argv, serve
 from .watch import chat, watch
 
 app = typer.Typer(
@@ -92,6 +92,7 @@ def main() -> None:
 
     sys.argv[1:] = optional_port(sys.argv[1:])  # `watch --web` with no port
     try:
+        sys.argv[1:] = cluster_argv(sys.argv[1:])
         app()
     except HermesError as exc:
         if exc.exit_code == EXIT_INTERRUPTED:

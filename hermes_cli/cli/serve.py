@@ -28,6 +28,18 @@ def _folder(option: str, value: str | None) -> Path | None:
     return path.resolve()
 
 
+def cluster_argv(argv: list[str]) -> list[str]:
+    """``hermes serve --cluster`` with no ADDRESS (last, or before another option) means a local
+    Ray cluster: the option's value becomes ``local`` (the CLI parser has no optional values)."""
+    if not argv or argv[0] != "serve":
+        return argv
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg == "--cluster" and (i + 1 == len(out) or out[i + 1].startswith("-")):
+            out[i] = "--cluster=local"
+    return out
+
+
 @with_option_groups
 def serve(
     host: Annotated[str, typer.Option("--host", metavar="ADDRESS", help="Address to listen on (another than loopback needs --api-key).")] = "127.0.0.1",
@@ -44,6 +56,9 @@ def serve(
     restore: Annotated[str | None, typer.Option("--restore", metavar="DIR", help="At start, reopen every stream saved in DIR (by --save-on-exit).")] = None,
     autosave_every: Annotated[str, typer.Option("--autosave-every", metavar="TIME", help='How often streams opened with "autosave": true save.')] = "60s",
     keepalive: Annotated[str, typer.Option("--keepalive", metavar="TIME", help="SSE keep-alive comment interval.")] = "15s",
+    cluster: Annotated[str | None, typer.Option("--cluster", metavar="[ADDRESS]", help="Serve on a Ray cluster: engines as Ray actors (pip install 'hermes-video[cluster]'); no ADDRESS: start a local one (docs/cluster.md).")] = None,
+    engines: Annotated[int, typer.Option("--engines", metavar="N", help="With --cluster: engine actors to start (one per GPU; N on a CPU for testing).")] = 2,
+    snapshot_store: Annotated[str | None, typer.Option("--snapshot-store", metavar="DIR", help="With --cluster: the folder every stream autosaves into (failover and moves restore from it; default: a new temporary folder).")] = None,
     model_options: ModelOptions = ModelOptions(),
     memory_options: MemoryOptions = MemoryOptions(),
     answer_options: AnswerOptions = AnswerOptions(),
@@ -60,6 +75,7 @@ def serve(
       hermes serve --model tiny --media-root ~/videos
       hermes serve --host 0.0.0.0 --api-key "$(openssl rand -hex 16)" --memory-root ~/memories
       curl -s localhost:8000/v1/streams -d '{"source": "talk.mp4"}'
+      hermes serve --cluster --engines 2 --model tiny --media-root ~/videos
     """
     set_debug(output.debug)
     set_verbosity(output.quiet_, output.verbose_)
@@ -96,11 +112,16 @@ def serve(
             save_on_exit=_folder("--save-on-exit", save_on_exit), restore=_folder("--restore", restore))
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    from ..serve.app import create_app
-    from .factory import build_engine
+    if cluster is not None:
+        running, app = _start_cluster(serve_settings, cluster, engines, snapshot_store, autosave_s)
+        stop = running.stop
+    else:
+        from ..serve.app import create_app
+        from .factory import build_engine
 
-    engine = build_engine(settings)
-    app = create_app(engine, serve_settings)
+        engine = build_engine(settings)
+        app = create_app(engine, serve_settings)
+        stop = engine.stop
     hub = app.state.hub
 
     class Server(uvicorn.Server):
@@ -120,7 +141,8 @@ def serve(
                 for sock in server.sockets:
                     address = sock.getsockname()
                     shown = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
-                    err.print(f"hermes serve · {engine.adapter.name} · listening on http://{shown}:{address[1]}"
+                    err.print(f"hermes serve · {hub.model}{' · cluster' if cluster else ''} · listening on "
+                              f"http://{shown}:{address[1]}"
                               f"{'' if api_key else ' (no API key: loopback only)'}", soft_wrap=True, highlight=False)
                     return
 
@@ -129,8 +151,35 @@ def serve(
     try:
         Server(config).run()
     finally:
-        engine.stop()
+        stop()
     if serve_settings.save_on_exit is not None:
         err.print(f"saved {len(hub.saved)} stream memories to {serve_settings.save_on_exit}", soft_wrap=True,
                   highlight=False)
 
+
+def _start_cluster(serve_settings, address: str, engines: int, store: str | None, autosave_s: float):
+    """``--cluster``: Ray (started here, or joined at ``address``), the engines, the registry, the gateway app."""
+    import tempfile
+
+    if engines < 1:
+        raise UserError(f"--engines must be at least 1, got {engines}")
+    if serve_settings.save_on_exit is not None or serve_settings.restore is not None:
+        raise UserError("--save-on-exit and --restore are for one server; a cluster keeps its memories in "
+                        "--snapshot-store")
+    folder = _folder("--snapshot-store", store)
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise UserError("hermes serve --cluster needs Ray: pip install 'hermes-video[cluster]'") from None
+    if folder is None:
+        folder = Path(tempfile.mkdtemp(prefix="hermes-store-"))
+        err.print(f"snapshot store: {folder} (pass --snapshot-store DIR to keep it)", soft_wrap=True, highlight=False)
+    from ..cluster.launch import start_cluster
+
+    device = serve_settings.session.model.device or "cpu"
+    err.print(f"starting {engines} engine(s) on {'a local Ray cluster' if address == 'local' else address} …",
+              soft_wrap=True, highlight=False)
+    running = start_cluster(serve_settings, str(folder), engines=engines,
+                            address=None if address == "local" else address, autosave_every_s=autosave_s,
+                            num_gpus=1 if device.startswith("cuda") else 0)
+    return running, running.app()

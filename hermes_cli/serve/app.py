@@ -83,9 +83,12 @@ class _Streamed(StreamingResponse):
             self.on_close()
 
 
-def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
-    """The server of ``engine``'s streams under ``settings`` (``app.state.hub`` holds them)."""
-    hub = Hub(engine, settings)
+def create_app(engine: Engine | None, settings: ServeSettings, hub: Any = None) -> FastAPI:
+    """The server of ``engine``'s streams under ``settings`` (``app.state.hub`` holds them); or of
+    ``hub``, any object with ``Hub``'s methods (``cluster.gateway``: streams on Ray engines)."""
+    if hub is None:
+        assert engine is not None
+        hub = Hub(engine, settings)
     metrics = hub.metrics
     started = int(time.time())
 
@@ -105,7 +108,7 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
     @api.exception_handler(Refused)
     async def refused(request: Request, exc: Refused):
         metrics.refused(exc.status)
-        return JSONResponse(error_body(exc.status, exc.message, exc.kind), status_code=exc.status)
+        return JSONResponse(error_body(exc.status, exc.message, exc.kind), status_code=exc.status, headers=exc.headers)
 
     @api.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
@@ -154,7 +157,7 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
     # -- health, models, metrics -----------------------------------------------------------------
     @api.get("/healthz")
     async def healthz():
-        return {"status": "ok" if engine.running else "stopped"}
+        return {"status": "ok" if hub.running else "stopped"}
 
     @api.get("/v1/models")
     async def models():
@@ -313,6 +316,9 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
         except (StreamFailed, EngineStopped, KeyError) as exc:
             finish_entry(entry)
             raise Refused(409, f"stream {entry.id} cannot answer: {exc}", "conflict_error") from None
+        except Refused:  # a cluster's stream that is moving (409) or failing over (503)
+            finish_entry(entry)
+            raise
         max_new = req.max_tokens or entry.client.config.max_new_tokens
         asked = time.perf_counter()
         closed = threading.Event()
@@ -350,7 +356,7 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
                 answer = handle.answer
                 observe(answer)
                 yield chat.chunk(req, {}, chat.finish_reason(answer, max_new), usage=chat.usage(answer),
-                                 hermes=chat.extras(answer))
+                                 hermes=chat.extras(answer, getattr(handle, "epoch", 1)))
                 yield "data: [DONE]\n\n"
 
             return _Streamed(pieces(), finish)
@@ -373,7 +379,7 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
             except (StreamFailed, EngineStopped) as exc:
                 raise Refused(500, str(exc), "server_error") from None
             observe(answer)
-            return chat.completion(req, answer, max_new)
+            return chat.completion(req, answer, max_new, getattr(handle, "epoch", 1))
         finally:
             finish()
 

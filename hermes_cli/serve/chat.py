@@ -122,20 +122,22 @@ def usage(answer: Answer) -> dict:
             "total_tokens": answer.prompt_tokens + len(answer.tokens)}
 
 
-def extras(answer: Answer) -> dict:
-    """What the memory answered from and what it cost (beside OpenAI's fields)."""
-    return {"stream_time_s": round(answer.stream_time_s, 3), "frames_seen": answer.frames_seen,
+def extras(answer: Answer, epoch: int = 1) -> dict:
+    """What the memory answered from and what it cost (beside OpenAI's fields): ``as_of`` is the
+    stream time the memory held, ``epoch`` which placement of the stream answered (one process:
+    always 1; a cluster bumps it on every move or failover)."""
+    return {"as_of": round(answer.stream_time_s, 3), "epoch": epoch, "stream_time_s": round(answer.stream_time_s, 3), "frames_seen": answer.frames_seen,
             "ttft_ms": None if answer.ttft_ms is None else round(answer.ttft_ms, 3),
             "tpot_ms": None if answer.tpot_ms is None else round(answer.tpot_ms, 3), "no_frames": answer.no_frames,
             "token_ids": list(answer.tokens), "context_tokens": answer.context_tokens}
 
 
-def completion(request: ChatRequest, answer: Answer, max_new_tokens: int) -> dict:
+def completion(request: ChatRequest, answer: Answer, max_new_tokens: int, epoch: int = 1) -> dict:
     """The ``chat.completion`` object of a non-streamed reply."""
     return {"id": request.id, "object": "chat.completion", "created": request.created, "model": request.model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": answer.text},
                          "finish_reason": finish_reason(answer, max_new_tokens), "logprobs": None}],
-            "usage": usage(answer), "hermes": extras(answer)}
+            "usage": usage(answer), "hermes": extras(answer, epoch)}
 
 
 def chunk(request: ChatRequest, delta: dict, finish: str | None = None, **more) -> str:

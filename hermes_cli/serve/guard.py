@@ -23,9 +23,10 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 class Refused(Exception):
     """A request the server will not serve: ``status`` and a one-line ``message``."""
 
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error",
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(" ".join(message.split()))
-        self.status, self.kind = status, kind
+        self.status, self.kind, self.headers = status, kind, headers  # headers: e.g. Retry-After on a 503
 
     @property
     def message(self) -> str:

@@ -82,6 +82,10 @@ class Hub:
     def model(self) -> str:
         return self.engine.adapter.name
 
+    @property
+    def running(self) -> bool:
+        return self.engine.running
+
     # -- looking up -----------------------------------------------------------------------------
     def get(self, sid: str) -> StreamEntry:
         with self._lock:
@@ -130,8 +134,9 @@ class Hub:
 
     # -- opening --------------------------------------------------------------------------------
     def open(self, body: dict, *, name: str | None = None, snapshot_path: Path | None = None,
-             oneoff: bool = False) -> StreamEntry:
-        """A stream from a ``POST /v1/streams`` body (checked first; nothing opened on a refusal)."""
+             oneoff: bool = False, paused: bool = False) -> StreamEntry:
+        """A stream from a ``POST /v1/streams`` body (checked first; nothing opened on a refusal);
+        ``paused``: it takes no frames until resumed (a moved stream that was paused stays so)."""
         from ..cli.console import UserError
 
         unknown = sorted(set(body) - set(STREAM_FIELDS))
@@ -164,7 +169,7 @@ class Hub:
         target, is_url = check_source(source, self.settings.media_root) if source is not None else (None, False)
         sid = self._reserve(name)
         try:
-            return self._open(sid, settings, source, target, is_url, realtime, autosave, run, oneoff, notifier)
+            return self._open(sid, settings, source, target, is_url, realtime, autosave, run, oneoff, notifier, paused)
         finally:
             with self._lock:
                 self._reserved -= 1
@@ -257,7 +262,8 @@ class Hub:
             self._reserved += 1
             return sid
 
-    def _open(self, sid, settings, source, target, is_url, realtime, autosave, run, oneoff, notifier) -> StreamEntry:
+    def _open(self, sid, settings, source, target, is_url, realtime, autosave, run, oneoff, notifier,
+              paused=False) -> StreamEntry:
         from ..cli.memory import ContinuedFrames
         from ..cli.urls import explain_source_error
         from ..engine.snapshot import SnapshotError
@@ -299,6 +305,8 @@ class Hub:
                         iterable = ContinuedFrames(frames, offset_s=consumed + 1.0 / settings.memory.fps)
                 if entry.source_id is None:
                     entry.source_id = snap.source
+            if paused:
+                client.pause()
             if autosave:
                 client.autosave(self._memory_path(sid, must_exist=False), self.settings.autosave_every_s,
                                 source=entry.source_id)
