@@ -440,37 +440,37 @@ def test_pull_from_a_local_hub_downloads_with_progress_resumes_and_models_lists_
 @pytest.mark.parametrize("width", [60, 80])
 def test_help_stats_and_policy_wrap_between_words(tiny_llava, width):
     from hermes_cli.app.live import HELP, Assistant, fit, stats_text
-    from hermes_cli.engine.session import Session, SessionConfig
-    from tests.conftest import moving_square_frames
+    from hermes_cli.engine.session import SessionConfig
+    from tests.conftest import moving_square_frames, on_engine
 
-    session = Session(tiny_llava, config=SessionConfig(chunk_frames=2, max_new_tokens=2))
-    session.ingest(moving_square_frames(2), [0.0, 1.0])
-    for text in (HELP, stats_text(session.stats())):
-        fitted = fit(text, width)
-        assert all(len(line) <= width for line in fitted.splitlines()), fitted
-        assert fitted.split() == text.split()  # the same words, none cut
-    written: list[str] = []
-    assistant = Assistant(session, [], write=written.append)
-    assistant._columns = lambda: width  # type: ignore[method-assign]  # what the terminal reports
-    assistant.ingestor.start()
-    try:
-        for command in ("/help", "/policy", "/stats"):
-            written.clear()
-            assistant.command(command)
-            assert written and all(len(line) < width for line in "".join(written).splitlines()), (command, written)
-    finally:
-        assistant.ingestor.stop()
+    with on_engine(tiny_llava, "hermes", SessionConfig(chunk_frames=2, max_new_tokens=2)) as stream:
+        stream.ingest(moving_square_frames(2), [0.0, 1.0])
+        for text in (HELP, stats_text(stream.fresh_stats())):
+            fitted = fit(text, width)
+            assert all(len(line) <= width for line in fitted.splitlines()), fitted
+            assert fitted.split() == text.split()  # the same words, none cut
+        written: list[str] = []
+        assistant = Assistant(stream, [], write=written.append)
+        assistant._columns = lambda: width  # type: ignore[method-assign]  # what the terminal reports
+        assistant.ingestor.start()
+        try:
+            for command in ("/help", "/policy", "/stats"):
+                written.clear()
+                assistant.command(command)
+                assert written and all(len(line) < width for line in "".join(written).splitlines()), (command, written)
+        finally:
+            assistant.ingestor.stop()
 
 
 def test_a_narrow_toolbar_keeps_the_cache_before_the_timings(tiny_llava):
     from hermes_cli.app.live import Ingestor, toolbar_text
-    from hermes_cli.engine.session import Session, SessionConfig
-    from tests.conftest import moving_square_frames
+    from hermes_cli.engine.session import SessionConfig
+    from tests.conftest import moving_square_frames, on_engine
 
-    session = Session(tiny_llava, config=SessionConfig(chunk_frames=2, max_new_tokens=2))
-    session.ingest(moving_square_frames(4), [0.0, 1.0, 2.0, 3.0])
-    session.answer("what?")
-    bar = toolbar_text(Ingestor(session, [], lambda message: None), 60)
+    with on_engine(tiny_llava, "hermes", SessionConfig(chunk_frames=2, max_new_tokens=2)) as stream:
+        stream.ingest(moving_square_frames(4), [0.0, 1.0, 2.0, 3.0])
+        stream.answer("what?")
+        bar = toolbar_text(Ingestor(stream, [], lambda message: None), 60)
     assert len(bar) <= 60 and "cache" in bar and "frames" in bar
 
 

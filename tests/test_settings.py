@@ -196,11 +196,18 @@ OWN_MEANING = {  # a flag that means something else there, not the setting of th
     # the cluster simulation's: its simulated streams' fps choices and chunk size, its summary as JSON
     ("hermes_cli/cluster/simulate.py", "--fps"), ("hermes_cli/cluster/simulate.py", "--chunk"),
     ("hermes_cli/cluster/simulate.py", "--json"),
+    ("hermes_cli/cli/logs.py", "--json"),  # hermes logs: print the log's rows as JSON
+    ("hermes_cli/cli/serve.py", "--autosave-every"),  # hermes serve: the interval of its streams' autosaves
     # the engine's micro-benchmarks: the shape of a synthetic cache or run, not a session's setting
     *(("hermes_cli/engine/microbench/kvbits.py", f) for f in ("--dtype", "--chunk", "--budget", "--policy",
                                                              "--max-new-tokens")),
     *(("hermes_cli/engine/microbench/selection.py", f) for f in ("--budget", "--chunk", "--dtype")),
 }
+
+
+# Lists of names that are something else: the HTTP API's request fields (issue 22 names them; the
+# server maps them onto the settings in one place).
+OWN_LISTS = {"hermes_cli/serve/streams.py"}
 
 
 def test_no_module_keeps_its_own_copy_of_a_setting():
@@ -220,7 +227,7 @@ def test_no_module_keeps_its_own_copy_of_a_setting():
                         found.append(f"{where[0]}:{node.lineno}: {where[1]}")
             if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
                 strings = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-                if sum(v in names for v in strings) >= 3:
+                if sum(v in names for v in strings) >= 3 and str(path.relative_to(ROOT)) not in OWN_LISTS:
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {strings}")
     assert not found, "\n".join(found)
 

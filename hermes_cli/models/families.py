@@ -94,7 +94,8 @@ FAMILIES = (
     ),
     Family(
         "qwen3-vl", "qwen3_vl", "Qwen3VLAdapter", ("qwen3_vl", "qwen3_vl_moe"),
-        ("Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-4B-Instruct", "Qwen/Qwen3-VL-30B-A3B-Instruct"),
+        ("Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-4B-Instruct", "Qwen/Qwen3-VL-2B-Instruct",
+         "Qwen/Qwen3-VL-30B-A3B-Instruct"),
         name_patterns=(("qwen3", "vl"),),
         builtin=("tiny-qwen3-vl", "tiny-qwen3-vl-moe"),
         archs=tuple(Arch(f"qwen3-vl-{size}", f"Qwen/Qwen3-VL-{size.upper()}-Instruct") for size in ("2b", "4b", "8b")),

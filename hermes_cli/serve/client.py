@@ -25,12 +25,13 @@ from ..engine.config import SessionConfig
 from ..engine.core import Event, StreamCounts
 from ..engine.readouts import MemoryMap
 from ..engine.records import Answer, CacheStats, ChunkReport, MemoryStats, PositionStats, SessionStats
+from ..errors import HermesError
 from ..frames import SourceStats
 
 __all__ = ["RemoteAnswer", "RemoteStream", "ServerError", "ServerFrames"]
 
 
-class ServerError(RuntimeError):
+class ServerError(HermesError, RuntimeError):
     """The server refused or failed a request; str() is its one-line message."""
 
 

@@ -13,6 +13,8 @@ import re
 import urllib.parse
 from pathlib import Path
 
+from ..errors import HermesError
+
 __all__ = ["ALLOWED_SCHEMES", "Refused", "check_bind", "check_key", "check_name", "check_source", "is_loopback"]
 
 # Network sources a request may name; everything else (file:, concat:, pipe:, data: …) is refused.
@@ -20,7 +22,7 @@ ALLOWED_SCHEMES = ("http", "https", "rtsp", "rtmp", "srt", "tcp", "udp")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
-class Refused(Exception):
+class Refused(HermesError):
     """A request the server will not serve: ``status`` and a one-line ``message``."""
 
     def __init__(self, status: int, message: str, kind: str = "invalid_request_error",
