@@ -332,7 +332,8 @@ def test_hermes_chat_talks_to_a_servers_stream_like_a_local_one(http, sdk, serve
         model=f"hermes:stream/{sid}", messages=[{"role": "user", "content": "And then?"}], max_tokens=6
     ).choices[0].message.content  # /clear forgot them
     assert records[0]["frames_seen"] == 8 and records[0]["answer_tokens"] == 6
-    assert "8 frames" in done.stdout and "shallow" in done.stdout  # /stats and /memory from the server
+    shown = done.stdout + done.stderr  # with --json the commands' output goes to stderr (stdout: JSON only)
+    assert "8 frames" in shown and "shallow" in shown  # /stats and /memory from the server
     assert http.get(f"/v1/streams/{sid}").json()["paused"] is True
 
 
