@@ -164,19 +164,24 @@ def greedy_answer(adapter: ModelAdapter, cache: StreamingCache, positions: Posit
     ``setup`` runs first (inside the timing, its appends rolled back too: e.g. earlier turns'
     keys and values); ``keep(mark)`` sees the cache just before the rollback of a completed answer.
     """
-    decode = AnswerDecode(adapter, cache, positions, prompt, answer, max_new_tokens=max_new_tokens,
-                          repetition_penalty=repetition_penalty, penalise_prompt=penalise_prompt,
-                          record_logits=record_logits, setup=setup, keep=keep)
+    yield from pieces(AnswerDecode(adapter, cache, positions, prompt, answer, max_new_tokens=max_new_tokens,
+                                   repetition_penalty=repetition_penalty, penalise_prompt=penalise_prompt,
+                                   record_logits=record_logits, setup=setup, keep=keep))
+
+
+def pieces(answer) -> Generator[str, None, None]:
+    """Run a step-by-step answer (``AnswerDecode``, ``session.OpenAnswer``: ``start``, ``step``,
+    ``done``, ``close``) alone to its end, yielding its text; closed also when the consumer stops."""
     try:
-        piece = decode.start()
+        piece = answer.start()
         if piece:
             yield piece
-        while not decode.done:
-            piece = decode.step()
+        while not answer.done:
+            piece = answer.step()
             if piece:
                 yield piece
     finally:
-        decode.close()
+        answer.close()
 
 
 def penalised(logits: Tensor, seen: list[int], penalty: float) -> Tensor:

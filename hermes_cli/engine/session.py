@@ -24,7 +24,7 @@ from .cache import KIND_PREFIX, KIND_VIDEO, StreamingCache
 from .compression import Signals, compress, prefill_with_pseudo_queries, pseudo_query_attention
 from .config import SessionConfig
 from .conversation import ConversationMemory
-from .decoding import AnswerDecode
+from .decoding import AnswerDecode, pieces
 from .positions import PositionLimitError, PositionTracker
 from .prefill import prefill
 from .readouts import memory_stats
@@ -81,19 +81,6 @@ class OpenAnswer:
         if not self.closed:
             self.closed = True
             self.session._close_answer(self)
-
-
-def _pieces(opened: OpenAnswer) -> Iterator[str]:
-    try:
-        piece = opened.start()
-        if piece:
-            yield piece
-        while not opened.done:
-            piece = opened.step()
-            if piece:
-                yield piece
-    finally:
-        opened.close()
 
 
 class AnswerStream:
@@ -309,7 +296,7 @@ class Session:
         answer enters the history.
         """
         opened = self.open_answer(question, max_new_tokens=max_new_tokens, record_logits=record_logits)
-        return AnswerStream(opened.answer, _pieces(opened))
+        return AnswerStream(opened.answer, pieces(opened))
 
     def open_answer(self, question: str, *, max_new_tokens: int | None = None, record_logits: bool = False,
                     history: Sequence[tuple[str, str]] | None = None) -> OpenAnswer:
