@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from contextlib import contextmanager
 
@@ -17,7 +19,9 @@ torch.set_num_threads(1)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # answers the CLI under test logs go to a throwaway file, never the user's own log
-os.environ["HERMES_LOGS"] = os.path.join(tempfile.mkdtemp(prefix="hermes-test-logs-"), "logs.db")
+_LOGS = tempfile.mkdtemp(prefix="hermes-test-logs-")
+atexit.register(shutil.rmtree, _LOGS, True)
+os.environ["HERMES_LOGS"] = os.path.join(_LOGS, "logs.db")
 
 
 @pytest.fixture(scope="session")
