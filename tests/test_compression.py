@@ -13,9 +13,9 @@ from tests.conftest import moving_square_frames
 
 def attention_of(session, texts):
     """The pseudo-query attention the session's next compression would use."""
-    from hermes_cli.engine.compression import pseudo_query_attention
+    from hermes_cli.engine.pseudo_query import measure
 
-    return pseudo_query_attention(session.adapter, session.cache, texts, session.positions.next(),
+    return measure(session.adapter, session.cache, texts, session.positions.next(),
                                   session.config.pseudo_query)
 
 
@@ -101,10 +101,10 @@ def test_pseudo_queries_side_by_side_equal_separate_passes(tiny_qwen, tiny_llava
             assert torch.allclose(a, b, atol=1e-6, rtol=1e-5)
 
 
-def test_side_by_side_mask_shape_and_blocks():
-    from hermes_cli.engine.compression import side_by_side_mask
+def test_side_by_side_texts_mask_shape_and_blocks():
+    from hermes_cli.engine.pseudo_query import additive, texts_mask
 
-    mask = side_by_side_mask(3, [2, 2], torch.float32, "cpu")[0, 0]
+    mask = additive(texts_mask(3, 0, [2, 2], "cpu"), torch.float32)[0, 0]
     allowed = (mask == 0).int().tolist()
     assert allowed == [
         [1, 1, 1, 1, 0, 0, 0],
@@ -120,6 +120,7 @@ def test_reduced_approx_attention_is_the_mean_of_the_full_weights(tiny_qwen, tin
     """The batched, reduced approximate pass equals each text's full weights averaged over heads and
     tokens, whether its rows are scored all at once or a few at a time."""
     import hermes_cli.models.attention as attention
+    from hermes_cli.engine.pseudo_query import approx_attention
 
     monkeypatch.setattr(attention, "SCORE_BLOCK_BYTES", block)
     adapter = tiny_qwen if which == "qwen" else tiny_llava
@@ -130,10 +131,10 @@ def test_reduced_approx_attention_is_the_mean_of_the_full_weights(tiny_qwen, tin
     sizes = [t.shape[0] for t in ids]
     embeds = adapter.embed(torch.cat(ids))
     positions = torch.cat([adapter.text_positions(start, n) for n in sizes])
-    reduced = adapter.approx_attention(embeds, positions, keys, sizes, reduce=True)
+    reduced = approx_attention(adapter, embeds, positions, keys, sizes, reduce=True)
     cached = session.cache.length
     for index, t in enumerate(ids):
-        full = adapter.approx_attention(adapter.embed(t), adapter.text_positions(start, t.shape[0]), keys)
+        full = approx_attention(adapter, adapter.embed(t), adapter.text_positions(start, t.shape[0]), keys)
         assert all(w.shape == (1, adapter.text_config.num_attention_heads, t.shape[0], cached + t.shape[0]) for w in full)
         for layer, weights in enumerate(full):
             assert torch.allclose(reduced[layer][index], weights[0, :, :, :cached].mean(dim=(0, 1)), atol=1e-7, rtol=1e-5)

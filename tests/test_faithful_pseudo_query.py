@@ -13,6 +13,8 @@ import math
 import pytest
 import torch
 
+from hermes_cli.engine.pseudo_query import approx_attention
+
 
 def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
     dim = x.shape[-1]
@@ -58,7 +60,7 @@ def test_approx_attention_applies_each_layer_norm_and_covers_its_own_keys(family
         kv_heads, d = model.layers[0].self_attn.k_proj.out_features // model.layers[0].self_attn.head_dim, \
             model.layers[0].self_attn.head_dim
         cached = [torch.randn(1, kv_heads, 12, d, generator=generator) for _ in model.layers]
-        weights = adapter.approx_attention(embeds, positions, cached)
+        weights = approx_attention(adapter, embeds, positions, cached)
         config = adapter.text_config
         theta = float(config.rope_parameters["rope_theta"])
         for index, (layer, got) in enumerate(zip(model.layers, weights)):

@@ -4,18 +4,15 @@ compression keeps exactly the same tokens whichever way the attention was measur
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
-from hermes_cli.engine import compression
+from hermes_cli.engine import pseudo_query
 from hermes_cli.engine.cache import KIND_VIDEO
-from hermes_cli.engine.compression import (
-    folded_mask,
-    prefill_with_pseudo_queries,
-    pseudo_query_attention,
-    side_by_side_mask,
-)
 from hermes_cli.engine.prefill import prefill
+from hermes_cli.engine.pseudo_query import additive, prefill_measuring, texts_mask
 from hermes_cli.engine.session import Session, SessionConfig
 from hermes_cli.models.attention import row_attention
 from policies import make_policy
@@ -32,7 +29,7 @@ def eager_attention(adapter, cache, texts, start):
     ids = [adapter.tokens(t) for t in texts.values()]
     sizes = [t.shape[0] for t in ids]
     positions = torch.cat([adapter.text_positions(start, n) for n in sizes])
-    mask = side_by_side_mask(length, sizes, adapter.dtype, adapter.device)
+    mask = additive(texts_mask(length, 0, sizes, adapter.device), adapter.dtype)
     mark = cache.mark()
     try:
         _, weights = adapter.forward(adapter.embed(torch.cat(ids)), positions, cache, attentions=True,
@@ -51,8 +48,8 @@ def session_for(adapter, budget=100_000, policy="hermes"):
                                                                     pseudo_query="forward"))
 
 
-def test_folded_mask_hides_pseudo_queries_from_the_chunk_and_texts_from_each_other():
-    m = folded_mask(cached=2, chunk=2, sizes=[2, 1], device="cpu")[0, 0].int()
+def test_texts_mask_hides_pseudo_queries_from_the_chunk_and_texts_from_each_other():
+    m = texts_mask(cached=2, chunk=2, sizes=[2, 1], device="cpu")[0, 0].int()
     assert m.tolist() == [
         # cache  chunk  text a  text b
         [1, 1,   1, 0,   0, 0,   0],
@@ -108,14 +105,14 @@ def test_folded_equals_separate_and_eager_per_layer(family, tiny_qwen, tiny_llav
     prefill(adapter, cache, chunk.embeds, where, KIND_VIDEO, chunk)
     plain = [(l.stored_keys().clone(), l.stored_values().clone(), l.meta) for l in cache.stream_layers]
     start = session.positions.next()
-    separate = pseudo_query_attention(adapter, cache, TEXTS, start, "forward", layers)
-    everywhere = pseudo_query_attention(adapter, cache, TEXTS, start, "forward")
+    separate = pseudo_query.measure(adapter, cache, TEXTS, start, "forward", layers)
+    everywhere = pseudo_query.measure(adapter, cache, TEXTS, start, "forward")
     eager = eager_attention(adapter, cache, TEXTS, start)
     cache.rollback(before)
 
     fold_start = max(session.positions.next(), int(where.max()) + 1)
     assert fold_start == start  # after the prefix and chunk, on every axis (M-RoPE included)
-    folded = prefill_with_pseudo_queries(adapter, cache, chunk, where, TEXTS, fold_start, layers)
+    folded = prefill_measuring(adapter, cache, chunk, where, TEXTS, fold_start, layers)
 
     for name in TEXTS:
         for layer in range(adapter.num_layers):
@@ -148,14 +145,13 @@ def test_compression_keeps_the_same_tokens_folded_separate_or_eager(family, tiny
     histories, reports = {}, {}
     for way in ("folded", "separate", "eager"):
         session = session_for(adapter, budget)
-        if way != "folded":
-            monkeypatch.setattr(session, "_folding_plan", lambda tokens: ({}, {}))
+        if way != "folded":  # the same plan, measured after the prefill instead of inside it
+            plan = pseudo_query.plan
+            monkeypatch.setattr(pseudo_query, "plan",
+                                lambda *a, plan=plan, **k: dataclasses.replace(plan(*a, **k), fold=False))
         if way == "eager":
-            monkeypatch.setattr(compression, "pseudo_query_attention", lambda a, c, t, s, mode, layers=None:
+            monkeypatch.setattr(pseudo_query, "measure", lambda a, c, t, s, mode, layers=None:
                                 eager_attention(a, c, t, s))
-            import hermes_cli.engine.session as session_module
-
-            monkeypatch.setattr(session_module, "pseudo_query_attention", compression.pseudo_query_attention)
         kept, chunks = [], []
         for start in range(0, 20, 4):
             frames = moving_square_frames(4, seed=start)
@@ -198,5 +194,5 @@ def test_a_failed_folded_prefill_leaves_the_cache_as_it_was(tiny_llava, monkeypa
 
     monkeypatch.setattr(type(cache), "update", failing_update)
     with pytest.raises(RuntimeError, match="boom"):
-        prefill_with_pseudo_queries(tiny_llava, cache, chunk, where, TEXTS, int(where.max()) + 1)
+        prefill_measuring(tiny_llava, cache, chunk, where, TEXTS, int(where.max()) + 1)
     assert (cache.mark(), [l.length for l in cache.stream_layers]) == before

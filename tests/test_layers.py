@@ -128,7 +128,8 @@ def test_the_checker_sees_an_upward_import_and_a_cycle(tmp_path, monkeypatch):
 
 # The engine's insides: only hermes_cli/engine/ imports them; every mode drives streams through
 # the engine's client (hermes_cli/engine/client.py) and reads its records.
-ENGINE_INTERNALS = ("session", "cache", "decoding", "prefill", "compression", "positions", "conversation", "probe")
+ENGINE_INTERNALS = ("session", "cache", "decoding", "prefill", "compression", "pseudo_query", "position_tracker",
+                    "conversation", "probe")
 
 
 def test_only_the_engine_imports_its_internals():

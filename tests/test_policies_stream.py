@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hermes_cli.engine.cache import KIND_VIDEO, StreamingCache, TokenMeta
-from hermes_cli.engine.compression import Signals, compress, stream_state
+from hermes_cli.engine.compression import Signals, compress, policy_state
 from policies import POLICIES, LayerChoice, Policy, StreamState, make_policy
 
 FIELDS = ("keys", "values", "token_id", "frame", "patch", "positions", "is_summary")
@@ -114,7 +114,7 @@ class Stream:
                        rotary=self.rotary)
 
     def state(self, budget: int | None = None, history=()) -> StreamState:
-        return stream_state(self.cache, self.signals(budget, history))
+        return policy_state(self.cache, self.signals(budget, history))
 
     def compress_if_needed(self, history=()) -> list[LayerChoice] | None:
         if not self.policy.should_compress(self.length, self.spec.budget):

@@ -12,6 +12,7 @@ import pytest
 import torch
 from transformers.video_utils import VideoMetadata
 
+from hermes_cli.engine.pseudo_query import approx_attention
 from hermes_cli.engine.session import Session, SessionConfig
 from hermes_cli.models.chat import conversation
 from hermes_cli.models.loading import load_model
@@ -275,27 +276,31 @@ def test_hermes_runs_unchanged_on_qwen3(qwen3, pseudo_query):
     assert session.compressions >= 2
     assert max(stats.stream_tokens_per_layer) <= 80
     assert len(set(stats.tokens_per_layer)) == 1
-    approx = qwen3.approx_attention(qwen3.embed(qwen3.tokens("what?")), qwen3.text_positions(500, 3), session.cache.held_keys())
+    approx = approx_attention(qwen3, qwen3.embed(qwen3.tokens("what?")), qwen3.text_positions(500, 3),
+                              session.cache.held_keys())
     assert len(approx) == qwen3.num_layers
     assert all(torch.allclose(w.sum(-1), torch.ones(())) for w in approx)
 
 
 def test_the_default_model_on_a_gpu_considers_qwen3_vl(monkeypatch):
-    from hermes_cli.models import loading as models
+    from hermes_cli.models import registry as models
 
     monkeypatch.delenv("HERMES_MODEL", raising=False)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     present: set[str] = set()
     monkeypatch.setattr(models, "locally_present", lambda name: name in present)
     for gib, expected in ((80, "Qwen/Qwen3-VL-8B-Instruct"), (16, "Qwen/Qwen3-VL-4B-Instruct"),
                           (8, "Qwen/Qwen3-VL-2B-Instruct"), (4, "llava-hf/llava-onevision-qwen2-0.5b-ov-hf")):
-        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda gib=gib: (gib * 2**30, 80 * 2**30))
+        monkeypatch.setattr(models, "gpu_free_gib", lambda gib=gib: float(gib))
         assert models.default_model()[0] == expected
     present.add("Qwen/Qwen2.5-VL-7B-Instruct")  # weights already here are preferred over a download
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (40 * 2**30, 80 * 2**30))
+    monkeypatch.setattr(models, "gpu_free_gib", lambda: 40.0)
     assert models.default_model()[0] == "Qwen/Qwen2.5-VL-7B-Instruct"
     present.add("Qwen/Qwen3-VL-8B-Instruct")
     assert models.default_model()[0] == "Qwen/Qwen3-VL-8B-Instruct"
+    monkeypatch.setattr(models, "gpu_free_gib", lambda: None)
+    assert models.default_model() == ("llava-hf/llava-onevision-qwen2-0.5b-ov-hf", "no GPU")
+    monkeypatch.setenv("HERMES_MODEL", "tiny")
+    assert models.default_model() == ("tiny", "from HERMES_MODEL")
 
 
 # -- --device auto ----------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from .core import END, AnswerJob, Engine, EngineStopped, Event, StreamCounts, StreamFailed
-from .positions import PositionLimitError
+from .position_tracker import PositionLimitError
 from .readouts import MemoryMap
 from .records import Answer, ChunkReport, SessionStats
 

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from ..models.base import ModelAdapter
 from .cache import KIND_TEXT, Mark, StreamingCache, TokenMeta
-from .positions import PositionTracker
+from .position_tracker import PositionTracker
 
 
 @dataclass

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from ..models.base import ModelAdapter
 from .cache import KIND_TEXT, BatchView, Mark, StreamingCache, TokenMeta
-from .positions import PositionTracker
+from .position_tracker import PositionTracker
 from .prefill import prefill
 from .records import Answer
 

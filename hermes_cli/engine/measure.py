@@ -62,14 +62,13 @@ def pseudo_query_variants(image: np.ndarray, chunk_frames: int, rounds: int, war
 
         from policies import make_policy
 
+        from . import pseudo_query
         from .cache import KIND_VIDEO
-        from .compression import prefill_with_pseudo_queries, pseudo_query_attention, side_by_side_mask
         from .prefill import prefill
 
         adapter, cache, positions = session.adapter, session.cache, session.positions
         hermes = make_policy("hermes")
-        layers = hermes.attention_layers(adapter.num_layers)
-        texts = {name: text for name, text in hermes.pseudo_queries(()).items() if layers.get(name)}
+        texts, layers = pseudo_query.wanted_texts(hermes, (), adapter.num_layers)
         chunk = adapter.encode(image[None].repeat(chunk_frames, axis=0), session.units_seen)
         where = positions.for_chunk(chunk, session.units_seen, bounded=False)
         start = max(positions.next(), int(where.max()) + 1)
@@ -82,17 +81,18 @@ def pseudo_query_variants(image: np.ndarray, chunk_frames: int, rounds: int, war
             prefill(adapter, cache, chunk.embeds, where, KIND_VIDEO, chunk)
 
         def folded():
-            prefill_with_pseudo_queries(adapter, cache, chunk, where, texts, start, layers)
+            pseudo_query.prefill_measuring(adapter, cache, chunk, where, texts, start, layers)
 
         def separate():
             plain()
-            pseudo_query_attention(adapter, cache, texts, positions.next(), "forward", layers)
+            pseudo_query.forward_attention(adapter, cache, texts, positions.next(), layers)
 
         def eager():
             plain()
             ids = [adapter.tokens(t) for t in texts.values()]
             sizes = [t.shape[0] for t in ids]
-            mask = side_by_side_mask(cache.length, sizes, adapter.dtype, adapter.device)
+            mask = pseudo_query.additive(pseudo_query.texts_mask(cache.length, 0, sizes, adapter.device),
+                                         adapter.dtype)
             at = torch.cat([adapter.text_positions(positions.next(), n) for n in sizes])
             inner = cache.mark()
             _, weights = adapter.forward(adapter.embed(torch.cat(ids)), at, cache, attentions=True,

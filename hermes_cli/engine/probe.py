@@ -43,8 +43,8 @@ from torch import Tensor
 
 from .. import defaults
 from ..models.base import ModelAdapter
-from .compression import folded_mask
 from .notify import Notifier, NotifyEvent
+from .pseudo_query import texts_mask
 from .records import Answer
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ def yes_probabilities(session: Session, conditions: Sequence[str], *, verbatim: 
     start = session.positions.next()
     positions = torch.cat([session.positions.text(k, start=start) for k in sizes])
     embeds = adapter.embed(torch.cat([p.ids for p in probes]))
-    mask = folded_mask(cache.length, 0, sizes, adapter.device) if len(probes) > 1 else None
+    mask = texts_mask(cache.length, 0, sizes, adapter.device) if len(probes) > 1 else None
     mark = cache.mark()
     try:
         hidden, _ = adapter.forward(embeds, positions, cache, attention_mask=mask)

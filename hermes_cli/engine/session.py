@@ -20,12 +20,13 @@ from policies.full import FullPolicy
 
 from ..errors import EXIT_BUG, HermesError
 from ..models.base import ModelAdapter
+from . import pseudo_query
 from .cache import KIND_PREFIX, KIND_VIDEO, StreamingCache
-from .compression import Signals, compress, prefill_with_pseudo_queries, pseudo_query_attention
+from .compression import Signals, compress
 from .config import SessionConfig
 from .conversation import ConversationMemory
 from .decoding import AnswerDecode, pieces
-from .positions import PositionLimitError, PositionTracker
+from .position_tracker import PositionLimitError, PositionTracker
 from .prefill import prefill
 from .readouts import memory_stats
 from .records import Answer, CacheStats, ChunkReport, PositionStats, SessionStats
@@ -201,11 +202,14 @@ class Session:
         chunk = self.adapter.encode(frames, self.units_seen, times)
         encode_ms = (time.perf_counter() - t0) * 1e3
         where = self.positions.for_chunk(chunk, self.units_seen, bounded=self.budget is not None)
-        texts, layers = self._folding_plan(chunk.embeds.shape[1])
+        step = pseudo_query.plan(self.policy, tuple(self.history), self.adapter.num_layers,
+                                 held=max(self.cache.stream_counts()), chunk_tokens=chunk.embeds.shape[1],
+                                 budget=self.config.budget, mode=self.config.pseudo_query)
         attention = None
-        if texts:  # this chunk will trigger a compression: its pseudo-queries ride in its prefill
+        if step.fold:  # this chunk triggers a compression: its pseudo-queries ride in its prefill
             start = max(self.positions.next(), int(where.max()) + 1)
-            attention = prefill_with_pseudo_queries(self.adapter, self.cache, chunk, where, texts, start, layers)
+            attention = pseudo_query.prefill_measuring(self.adapter, self.cache, chunk, where, step.texts, start,
+                                                      step.layers)
         else:
             prefill(self.adapter, self.cache, chunk.embeds, where, KIND_VIDEO, chunk)
         prefill_ms = (time.perf_counter() - t0) * 1e3
@@ -217,14 +221,14 @@ class Session:
         self.frames_seen += len(items) if real is None else real
         self.stream_time_s = max(self.stream_time_s, times[-1])
         t1 = time.perf_counter()
-        compressed, pseudo_query_ms = self._compress_if_needed(attention)
+        compressed, pseudo_query_ms = self._compress(step, attention)
         reindexed = compressed and self.config.reindex == "eager"
         if reindexed:
             self.positions.reindex(self.units_seen)
         compress_ms = (time.perf_counter() - t1) * 1e3
         self.last_chunk = ChunkReport(real or len(items), chunk.embeds.shape[1], prefill_ms, compress_ms,
                                       compressed, reindexed, encode_ms=encode_ms,
-                                      pseudo_query_ms=pseudo_query_ms, folded=bool(texts))
+                                      pseudo_query_ms=pseudo_query_ms, folded=step.fold)
         return self.last_chunk
 
     def _check_chunk_fits(self, tokens: int) -> None:
@@ -236,45 +240,20 @@ class Session:
                 f"each chunk evicts the one before — {hint}, or raise --budget"
             )
 
-    def _pseudo_queries(self) -> tuple[dict[str, str], dict[str, list[int]]]:
-        """The policy's pseudo-query texts (those some layer reads) and, per text, those layers."""
-        layers = self.policy.attention_layers(self.adapter.num_layers)
-        every = list(range(self.adapter.num_layers))
-        texts = self.policy.pseudo_queries(tuple(self.history))
-        return ({name: text for name, text in texts.items() if layers.get(name, every)},
-                {name: layers.get(name, every) for name in texts})
-
-    def _folding_plan(self, chunk_tokens: int) -> tuple[dict[str, str], dict[str, list[int]]]:
-        """The pseudo-queries to fold into the prefill of a chunk of ``chunk_tokens`` tokens:
-        none unless the chunk will trigger a compression that reads their attention."""
-        budget = self.config.budget
-        if budget is None or self.config.pseudo_query != "forward":
-            return {}, {}
-        if not self.policy.should_compress(max(self.cache.stream_counts()) + chunk_tokens, budget):
-            return {}, {}
-        return self._pseudo_queries()
-
-    def _compress_if_needed(self, attention: dict | None = None) -> tuple[bool, float]:
-        """Compress when over budget; (whether it did, ms of a separate pseudo-query pass).
-
-        ``attention``: the pseudo-queries' attention already measured in the chunk's prefill;
-        without it a separate pass measures it (e.g. a memory that was over budget before this chunk).
-        """
-        budget = self.config.budget
-        if budget is None or not self.policy.should_compress(max(self.cache.stream_counts()), budget):
+    def _compress(self, step: pseudo_query.Plan, attention: pseudo_query.Attention | None) -> tuple[bool, float]:
+        """Compress when ``step`` says the chunk brought the memory over budget; (whether it did,
+        ms of a separate pseudo-query pass). ``attention``: measured in the chunk's prefill, or None."""
+        if not step.compress:
             return False, 0.0
         pseudo_query_ms = 0.0
         if attention is None:
-            texts, layers = self._pseudo_queries()
-            if texts:
-                t0 = time.perf_counter()
-                attention = pseudo_query_attention(self.adapter, self.cache, texts, self.positions.next(),
-                                                   self.config.pseudo_query, layers)
-                pseudo_query_ms = (time.perf_counter() - t0) * 1e3
-            else:
-                attention = {}
-        signals = Signals(budget=budget, tokens_per_frame=self._tokens_per_unit or 1, attention=attention,
-                          rotary=self.adapter.rotary)
+            t0 = time.perf_counter()
+            attention = pseudo_query.measure(self.adapter, self.cache, step.texts, self.positions.next(), step.mode,
+                                             step.layers)
+            pseudo_query_ms = (time.perf_counter() - t0) * 1e3 if step.texts else 0.0
+        assert self.config.budget is not None  # a plan that compresses has a budget
+        signals = Signals(budget=self.config.budget, tokens_per_frame=self._tokens_per_unit or 1,
+                          attention=attention, rotary=self.adapter.rotary)
         compress(self.cache, self.policy, signals)
         self.compressions += 1
         return True, pseudo_query_ms

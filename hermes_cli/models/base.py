@@ -8,9 +8,8 @@ language model on explicit positions over a ``StreamingCache``.
 
 from __future__ import annotations
 
-import itertools
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -267,63 +266,30 @@ class ModelAdapter(ABC):
             self.text_model.set_attn_implementation(previous)
 
     @torch.no_grad()
-    def approx_attention(self, embeds: Tensor, positions: Tensor, cached_keys: Sequence[Tensor],
-                         sizes: Sequence[int] | None = None, reduce: bool = False,
-                         only: Collection[int] | None = None) -> list[Tensor | None]:
-        """The HERMES paper's cheap pseudo-query attention, per layer.
-
-        As in the paper and its reference code: every layer takes the *raw* token embeddings
-        (no hidden states from the layers below) through its ``input_layernorm`` and its query
-        and key projections (and per-head q/k norms where the model has them), rotated at
-        ``positions``. Each text's softmax runs over the cached keys followed by its own keys,
-        with no causal mask, in float32 (the reference's fp16 softmax is a precision quirk, not
-        kept). ``cached_keys``: each layer's cached keys (1, kv_heads, cached, D).
-
-        ``embeds`` may hold several texts side by side (``sizes``: their lengths; default one
-        text); none sees another's keys. Returns per layer the weights (1, heads, q, cached + q)
-        (other texts' columns 0), or with ``reduce`` only their mean over heads and each text's
-        tokens on the cached columns, (texts, cached) — ``attention.row_attention`` per text, the
-        computation the folded probe uses: per key-value head group, without copying keys per
-        query head, a block of rows at a time. ``only``: the layers to compute (others give None).
-        """
+    def query_key_projections(self, embeds: Tensor, positions: Tensor,
+                              only: Collection[int] | None = None) -> Iterator[tuple[int, Tensor, Tensor, float]]:
+        """Per decoder layer (those in ``only``; default all), the *raw* token ``embeds``
+        (1, n, hidden) through its ``input_layernorm`` and its query and key projections (and the
+        per-head q/k norms where the model has them), rotated at session ``positions``, in float32:
+        (layer index, queries (1, heads, n, D), keys (1, kv_heads, n, D), the attention's scaling).
+        All the paper's approximate pseudo-query attention reads of the model
+        (``engine.pseudo_query.approx_attention``)."""
         n = embeds.shape[1]
-        sizes = list(sizes) if sizes is not None else [n]
-        text = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
-        bounds = torch.tensor([0, *sizes]).cumsum(0).tolist()
-        total = cached_keys[0].shape[2]  # the cache's length, the same in every layer
         embeds = embeds.to(self.dtype)
         cos, sin = self.text_model.rotary_emb(embeds, self.position_ids(positions))
         cos, sin = cos.unsqueeze(1).float(), sin.unsqueeze(1).float()
-        out: list[Tensor | None] = []
         for index, layer in enumerate(self.text_model.layers):
             if only is not None and index not in only:
-                out.append(None)
                 continue
             attn = layer.self_attn
             normed = layer.input_layernorm(embeds)
             q = attn.q_proj(normed).view(1, n, -1, attn.head_dim)
-            own = attn.k_proj(normed).view(1, n, -1, attn.head_dim)
+            k = attn.k_proj(normed).view(1, n, -1, attn.head_dim)
             if hasattr(attn, "q_norm"):  # Qwen3: per-head norms before the rotation
-                q, own = attn.q_norm(q), attn.k_norm(own)
-            q, own = q.transpose(1, 2).float(), own.transpose(1, 2).float()
+                q, k = attn.q_norm(q), attn.k_norm(k)
+            q, k = q.transpose(1, 2).float(), k.transpose(1, 2).float()
             c, s = cos.to(q.device), sin.to(q.device)  # layers may sit on other devices (--device auto)
-            q = q * c + rotate_half(q) * s  # (1, H, n, D)
-            own = own * c + rotate_half(own) * s  # (1, KV, n, D)
-            cached = cached_keys[index].to(q.device, torch.float32)  # (1, KV, N, D)
-            if reduce:  # per text: its rows over the cache and its own keys, nothing to mask
-                out.append(torch.stack([
-                    attention.row_attention(q[:, :, a:b], torch.cat([cached, own[:, :, a:b]], dim=2), None,
-                                            attn.scaling, (0, total))
-                    for a, b in itertools.pairwise(bounds)
-                ]))
-                continue
-            keys = torch.cat([cached, own], dim=2)
-            # (1, 1, n, N + n): each text sees the cache and its own keys
-            sees = torch.cat([torch.ones(n, total, dtype=torch.bool), text[:, None] == text[None, :]], dim=1)
-            kv, heads = keys.shape[1], q.shape[1]
-            scores = (q.reshape(1, kv, -1, q.shape[-1]) @ keys.transpose(-1, -2)).view(1, heads, n, -1) * attn.scaling
-            out.append(torch.softmax(scores.masked_fill(~sees.to(q.device)[None, None], float("-inf")), dim=-1))
-        return out
+            yield index, q * c + rotate_half(q) * s, k * c + rotate_half(k) * s, attn.scaling
 
     @torch.no_grad()
     def logits(self, hidden: Tensor) -> Tensor:
