@@ -32,31 +32,6 @@ def make_policy(name: str, **options) -> Policy:
     return cls(**values)
 
 
-def parse_option(policy: str, text: str) -> tuple[str, object]:
-    """Parse ``KEY=VALUE`` for ``policy``, converting VALUE to the parameter's type."""
-    if "=" not in text:
-        raise ValueError(f"--policy-opt expects KEY=VALUE, got {text!r}")
-    key, raw = (s.strip() for s in text.split("=", 1))
-    fields = {f.name: f for f in policy_class(policy).parameters()}
-    if key not in fields:
-        raise ValueError(f"policy {policy!r} has no parameter {key!r} (parameters: {', '.join(fields) or 'none'})")
-    default = fields[key].default
-    try:
-        if isinstance(default, bool):
-            if raw.lower() not in {"true", "false", "1", "0", "yes", "no", "on", "off"}:
-                raise ValueError
-            value: object = raw.lower() in {"true", "1", "yes", "on"}
-        elif isinstance(default, int):
-            value = int(raw)
-        elif isinstance(default, float):
-            value = float(raw)
-        else:
-            value = raw
-    except ValueError:
-        raise ValueError(f"{policy}.{key} expects {KINDS[type(default)]}, got {raw!r}") from None
-    return key, value
-
-
 def policy_class(name: str) -> type[Policy]:
     """The registered policy class called ``name``; ValueError listing the choices otherwise."""
     try:
@@ -80,5 +55,5 @@ def check_type(policy: str, key: str, default: object, value: object) -> None:
 
 __all__ = [
     "POLICIES", "LayerChoice", "LayerTokens", "Policy", "StreamState", "Summary",
-    "make_policy", "parse_option",
+    "make_policy",
 ]

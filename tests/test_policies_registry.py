@@ -7,7 +7,9 @@ import dataclasses
 import pytest
 
 import policies
-from policies import POLICIES, Policy, make_policy, parse_option
+from hermes_cli.cli.catalog import parse_options
+from hermes_cli.cli.console import UserError
+from policies import POLICIES, Policy, make_policy
 
 
 def test_registry_order_and_exports():
@@ -71,12 +73,12 @@ def test_out_of_range_parameters_are_refused(name, options, message):
         make_policy(name, **options)
 
 
-def test_parse_option_converts_to_the_parameter_type():
-    assert parse_option("sink", "n_sink=392") == ("n_sink", 392)
-    assert parse_option("infinipot", " alpha = 0.4 ") == ("alpha", 0.4)
-    assert parse_option("hermes", "summary=off") == ("summary", False)
-    assert parse_option("hermes", "smoothing=YES") == ("smoothing", True)
-    assert parse_option("hermes", "k0=15") == ("k0", 15.0)
+def test_parse_options_converts_to_the_parameter_type():
+    assert parse_options("sink", ["n_sink=392"]) == {"n_sink": 392}
+    assert parse_options("infinipot", [" alpha = 0.4 "]) == {"alpha": 0.4}
+    assert parse_options("hermes", ["summary=off", "smoothing=YES"]) == {"summary": False, "smoothing": True}
+    k0 = parse_options("hermes", ["k0=15"])["k0"]
+    assert k0 == 15.0 and isinstance(k0, float)
 
 
 @pytest.mark.parametrize(
@@ -90,11 +92,10 @@ def test_parse_option_converts_to_the_parameter_type():
         ("hermes", "summary=maybe", "hermes.summary expects true or false, got 'maybe'"),
     ],
 )
-def test_parse_option_errors_are_clear(policy, text, message):
-    with pytest.raises(ValueError, match=message):
-        parse_option(policy, text)
+def test_parse_options_errors_are_clear(policy, text, message):
+    with pytest.raises(UserError, match=message):
+        parse_options(policy, [text])
 
 
 def test_parsed_options_build_the_policy():
-    key, value = parse_option("infinipot", "van_pool=true")
-    assert make_policy("infinipot", **{key: value}).van_pool is True
+    assert make_policy("infinipot", **parse_options("infinipot", ["van_pool=true"])).van_pool is True

@@ -238,7 +238,7 @@ def _check_options(s: BenchStreamOptions, m: BenchModelOptions, a: BenchAnswerOp
                    o: BenchOutputOptions) -> tuple[list[int], list[str], tuple[int, int]]:
     """(steps, policy names, frame size) — every option that can be checked before anything loads."""
     from ..bench.plan import parse_steps, policy_names
-    from .catalog import check_policy
+    from .catalog import parse_options
 
     try:
         steps = parse_steps(s.frames)
@@ -247,7 +247,7 @@ def _check_options(s: BenchStreamOptions, m: BenchModelOptions, a: BenchAnswerOp
     except ValueError as exc:
         raise UserError(str(exc)) from exc
     for name in names:
-        check_policy(name, ())
+        parse_options(name, ())
     if s.budget is not None and s.budget < 1:
         raise UserError("--budget must be a positive number of tokens")
     if a.questions < 0 or a.history_tokens < 0:

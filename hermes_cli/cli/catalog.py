@@ -41,15 +41,21 @@ def load() -> list[dict]:
     return json.loads(CATALOG.read_text(encoding="utf-8"))
 
 
-def check_policy(name: str, options: tuple[str, ...] | list[str]) -> None:
-    """A one-line ``UserError`` for an unknown policy, parameter, or a value of the wrong kind.
+BOOLEANS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
 
-    Range checks (e.g. a share between 0 and 1) stay with the policy itself.
+
+def parse_options(name: str, options: tuple[str, ...] | list[str]) -> dict[str, object]:
+    """``--policy-opt KEY=VALUE`` texts for policy ``name`` as typed parameter values — the one
+    parser of these texts (types from the catalogue; an integer given for a number becomes a float).
+
+    A one-line ``UserError`` for an unknown policy, parameter, or a value of the wrong kind; range
+    checks (e.g. a share between 0 and 1) stay with the policy itself.
     """
     entries = {p["name"]: p for p in load()}
     if name not in entries:
         raise UserError(f"unknown policy {name!r}; choose one of: {', '.join(entries)} (see `hermes policies`)")
     params = {p["name"]: p for p in entries[name]["parameters"]}
+    values: dict[str, object] = {}
     for text in options:
         if "=" not in text:
             raise UserError(f"--policy-opt expects KEY=VALUE, got {text!r}")
@@ -57,15 +63,8 @@ def check_policy(name: str, options: tuple[str, ...] | list[str]) -> None:
         if key not in params:
             raise UserError(f"policy {name!r} has no parameter {key!r} (parameters: {', '.join(params) or 'none'})")
         kind = params[key]["type"]
-        if not _fits(kind, raw):
-            raise UserError(f"{name}.{key} expects {KINDS.get(kind, kind)}, got {raw!r}")
-
-
-def _fits(kind: str, raw: str) -> bool:
-    if kind == "bool":
-        return raw.lower() in {"true", "false", "1", "0", "yes", "no", "on", "off"}
-    try:
-        {"int": int, "float": float}.get(kind, str)(raw)
-    except ValueError:
-        return False
-    return True
+        try:
+            values[key] = BOOLEANS[raw.lower()] if kind == "bool" else {"int": int, "float": float}.get(kind, str)(raw)
+        except (KeyError, ValueError):
+            raise UserError(f"{name}.{key} expects {KINDS.get(kind, kind)}, got {raw!r}") from None
+    return values

@@ -16,9 +16,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print the list as one JSO
 def list_models(json_out: JsonOpt = False, quiet_: QuietOpt = False, verbose_: VerboseOpt = False) -> None:
     """List the supported model families, the default on this machine, and local weights."""
     set_verbosity(quiet_, verbose_)
-    from ..models.registry import BUILTIN, FAMILIES, family_of_type, locally_present
+    from ..models.registry import BUILTIN, FAMILIES, default_model, family_of_type, locally_present
     from .hub import cached_models, cached_size
-    from .machine import default_model
 
     name, why = default_model()
     rows: list[dict] = [

@@ -7,39 +7,15 @@
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
 from ..models.registry import (
     BUILTIN,
     FAMILIES,
-    default_for,
     family_of_name,
     family_of_type,
-    model_from_env,
     supported_types,
 )
-
-
-def gpu_free_gib() -> float | None:
-    """Free memory of the first NVIDIA GPU in GiB, or None when there is none (or no driver tool)."""
-    tool = shutil.which("nvidia-smi")
-    if tool is None:
-        return None
-    try:
-        done = subprocess.run([tool, "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, timeout=5)
-        return float(done.stdout.split()[0]) / 1024 if done.returncode == 0 and done.stdout.strip() else None
-    except (OSError, ValueError, subprocess.SubprocessError):
-        return None
-
-
-def default_model() -> tuple[str, str]:
-    """(model id, why) as ``models.loading.default_model`` decides it, without importing torch."""
-    if env := model_from_env():
-        return env, "from HERMES_MODEL"
-    return default_for(gpu_free_gib())
 
 
 def model_type_of_dir(path: Path) -> str | None:

@@ -14,24 +14,12 @@ from .registry import (
     WAY_OUT,
     ModelLoadError,
     check_model_name,
-    default_for,
+    default_model,
     family_named,
     family_of_type,
-    locally_present,
-    model_from_env,
     supported_types,
 )
 from .tiny import build_tiny
-
-
-def default_model() -> tuple[str, str]:
-    """(model id, why): ``HERMES_MODEL`` if set, else a real model that fits this machine."""
-    if env := model_from_env():
-        return env, "from HERMES_MODEL"
-    if torch.cuda.is_available():
-        free, _ = torch.cuda.mem_get_info()
-        return default_for(free / 2**30, locally_present)
-    return default_for(None)
 
 
 def pick_device(device: str | None) -> torch.device:

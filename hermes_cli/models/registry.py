@@ -9,6 +9,9 @@ model type or a hub id belongs to; plus the default model for a machine.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -46,6 +49,36 @@ def default_for(gpu_free_gib: float | None, present: Callable[[str], bool] | Non
             chosen = next((m for m in candidates if present(m)), candidates[0])
             return chosen, f"GPU with {gpu_free_gib:.0f} GiB free"
     return SMALL_MODEL, f"GPU with only {gpu_free_gib:.0f} GiB free"
+
+
+def gpu_free_gib() -> float | None:
+    """Free memory in GiB of the GPU a model would load on (the first visible one), or None when
+    there is none: ``nvidia-smi``'s answer (no torch import), honouring ``CUDA_VISIBLE_DEVICES``;
+    torch's when there is no ``nvidia-smi`` and torch is already loaded."""
+    tool = shutil.which("nvidia-smi")
+    if tool is None:
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available():
+            return torch.cuda.mem_get_info()[0] / 2**30
+        return None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    first = visible.split(",")[0].strip() if visible is not None else "0"
+    if not first or first == "-1":
+        return None
+    try:
+        done = subprocess.run([tool, f"--id={first}", "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=5)
+        return float(done.stdout.split()[0]) / 1024 if done.returncode == 0 and done.stdout.strip() else None
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+
+
+def default_model() -> tuple[str, str]:
+    """(model id, why) when no model is named: ``HERMES_MODEL`` if set, else the real model that
+    fits this machine (``default_for`` its ``gpu_free_gib``). The one place this is decided."""
+    if env := model_from_env():
+        return env, "from HERMES_MODEL"
+    return default_for(gpu_free_gib())
 
 
 def locally_present(model_id: str) -> bool:
