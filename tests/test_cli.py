@@ -172,3 +172,38 @@ def test_a_local_model_directory_loads_through_the_real_path(tmp_path, video, na
     (from_dir,), (built_in,) = json_lines(local.stdout), json_lines(builtin.stdout)
     assert from_dir["answer"] == built_in["answer"] and from_dir["cache"] == built_in["cache"]
     assert from_dir["model"] == str(tmp_path) and not from_dir["random_weights"]
+
+
+def test_watch_does_its_start_up_work_once(video, monkeypatch):
+    """The settings are checked once and the model prepared (name, folder, hub probe) once per run."""
+    from hermes_cli.cli import factory
+
+    calls = {"check": 0, "prepare": 0}
+    check, prepare = factory.SessionSettings.check, factory.prepare_model
+
+    def counted_check(self):
+        calls["check"] += 1
+        return check(self)
+
+    def counted_prepare(settings):
+        calls["prepare"] += 1
+        return prepare(settings)
+
+    monkeypatch.setattr(factory.SessionSettings, "check", counted_check)
+    monkeypatch.setattr(factory, "prepare_model", counted_prepare)
+    result = runner.invoke(app, ["watch", video, "--model", "tiny", "--policy", "full", "--chunk", "4",
+                                 "--ask", "What happens?", "--max-new-tokens", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    assert calls == {"check": 1, "prepare": 1}
+
+
+def test_the_default_model_is_named_without_torch_and_is_the_one_loaded(monkeypatch):
+    """One decision: the name the checks see before torch is imported is the name that loads."""
+    from hermes_cli.cli.factory import ModelSettings
+    from hermes_cli.models import loading, registry
+
+    monkeypatch.delenv("HERMES_MODEL", raising=False)
+    monkeypatch.setattr(registry, "gpu_free_gib", lambda: 20.0)
+    monkeypatch.setattr(registry, "locally_present", lambda name: False)
+    assert ModelSettings.of({}).name() == "Qwen/Qwen3-VL-4B-Instruct"
+    assert loading.default_model is registry.default_model  # load_model(None) asks the same function

@@ -293,7 +293,7 @@ class EvalStreams:
     def __call__(self, max_new_tokens: int):
         with self._lock:
             if self.engine is None:
-                self.engine = build_engine(self.settings, quiet=self.quiet)
+                self.engine = build_engine(self.settings, quiet=self.quiet, prepared=True)  # by `eval` itself
         return open_stream(self.engine, self.settings.replace(max_new_tokens=max_new_tokens))
 
     def close(self) -> None:

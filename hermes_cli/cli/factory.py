@@ -32,27 +32,12 @@ class ModelSettings(SettingsGroup):
         if self.device is not None and not _DEVICE.match(self.device):
             raise UserError(f"--device must be cpu, cuda, cuda:N, mps or auto; got {self.device!r}")
 
-    def light_name(self) -> str:
-        """The model ``name()`` will load, told without importing torch (for checks before loading)."""
-        if self.model:
-            return self.model
-        from ..models.registry import model_from_env
-
-        if env := model_from_env():
-            return env
-        from .machine import default_model
-
-        return default_model()[0]
-
     def name(self) -> str:
-        """The model to load: the one given, else HERMES_MODEL, else this machine's default."""
+        """The model to load: the one given, else HERMES_MODEL, else this machine's default —
+        told without importing torch, so checks before loading see the same name."""
         if self.model:
             return self.model
-        from ..models.registry import model_from_env
-
-        if env := model_from_env():  # known without importing torch
-            return env
-        from ..models.loading import default_model
+        from ..models.registry import default_model
 
         return default_model()[0]
 
@@ -62,12 +47,9 @@ class MemorySettings(SettingsGroup):
     """The memory policy and how the stream fills the memory."""
 
     def policy_options(self) -> dict:
-        from policies import parse_option
+        from .catalog import parse_options
 
-        try:
-            return dict(parse_option(self.policy, o) for o in self.policy_opt)
-        except ValueError as exc:
-            raise UserError(str(exc)) from exc
+        return parse_options(self.policy, self.policy_opt)
 
     def make_policy(self):
         from policies import make_policy
@@ -132,14 +114,14 @@ class SessionSettings:
         self.config()  # budget, chunk, fps, answer length, modes: the engine's own checks
         from .machine import family_of, frames_per_unit
 
-        name = self.model.light_name()
+        name = self.model.name()
         per = frames_per_unit(family_of(name))
         if m.chunk % per:
             raise UserError(f"--chunk must be a multiple of {per} for {name} (Qwen-VL encodes frames in pairs), "
                             f"got {m.chunk} — try --chunk {m.chunk + per - m.chunk % per}")
-        from .catalog import check_policy
+        from .catalog import parse_options
 
-        check_policy(m.policy, m.policy_opt)
+        parse_options(m.policy, m.policy_opt)
 
 
 def check_model(name: str) -> None:
@@ -151,15 +133,16 @@ def check_model(name: str) -> None:
     check_model_name(name)
 
 
-def load_adapter(settings: ModelSettings, *, quiet: bool = False):
+def load_adapter(settings: ModelSettings, *, quiet: bool = False, prepared: bool = False):
     """The model behind its adapter, or a one-line ``UserError`` / ``ModelLoadError``.
 
     Before anything is downloaded: a folder that is not a model, a GPU that is not there, and an
-    unreachable hub (one quick probe) each fail with one line that names the cause.
+    unreachable hub (one quick probe) each fail with one line that names the cause (``prepared``:
+    the caller ran ``prepare_model`` already, so the hub is not probed twice).
     """
-    prepare_model(settings)
+    if not prepared:
+        prepare_model(settings)
     name = settings.name()
-    check_model(name)
     check_torch_stack()  # a torchvision built for another torch: one line, not an error deep in transformers
     _check_device(settings.device)
     from ..models.loading import load_model
@@ -195,7 +178,7 @@ def prepare_model(settings: ModelSettings) -> None:
     from .hub import probe_hub, quiet_hub_logs, unreachable_message
     from .machine import not_a_model_dir
 
-    name = settings.light_name()
+    name = settings.name()
     check_model(name)
     if why := not_a_model_dir(name):
         raise UserError(why)
@@ -251,12 +234,12 @@ def open_stream(engine, settings: SessionSettings, *, live: bool = False, name: 
         raise UserError(str(exc)) from exc
 
 
-def build_engine(settings: SessionSettings, *, quiet: bool = False):
-    """Check the settings, load the model and start the engine core on it."""
-    settings.check()
-    prepare_model(settings.model)  # before torch is imported: a dead hub fails in seconds
+def build_engine(settings: SessionSettings, *, quiet: bool = False, prepared: bool = False):
+    """Load the model and start the engine core on it, for ``settings`` already checked
+    (``SessionSettings.check``: each command does it once, before it opens anything;
+    ``prepared``: see ``load_adapter``)."""
     settings.memory.make_policy()  # value ranges, before the model is loaded
-    return start_engine(load_adapter(settings.model, quiet=quiet))
+    return start_engine(load_adapter(settings.model, quiet=quiet, prepared=prepared))
 
 
 def open_frames(spec: str, fps: float, reconnect: str | None = None, **kwargs):
