@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from importlib import metadata
@@ -589,3 +590,32 @@ def test_the_bench_comparison_names_the_stream_length_both_policies_reached():
                (("hermes", 16, 10.0), ("hermes", 512, 11.0), ("fifo", 16, 20.0))]
     assert _common_longest(records, "hermes", "fifo") == 16
     assert ttft_versus(records, "hermes", "fifo") == 0.5  # hermes at 16 against fifo at 16, not at 512
+
+
+# -- 8, continued: what a file given as a source or a memory actually is --------------------------------
+@pytest.mark.parametrize(("path", "kind"), [("/dev/zero", "a character device"), ("/dev/null", "a character device")])
+def test_a_device_as_a_source_says_it_is_a_device_not_an_empty_file(path, kind):
+    if not os.path.exists(path):
+        pytest.skip(f"{path} does not exist here")
+    result = runner.invoke(app, ["watch", path, "--model", "tiny", "--ask", "hi"])
+    message = str(result.exception)
+    assert result.exit_code != 0 and message == (f"{path} is {kind}, not a regular file — name a video file or a URL"), message
+    assert "0 bytes" not in message
+
+
+def test_a_named_pipe_as_a_source_says_it_is_a_pipe(tmp_path):
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    result = runner.invoke(app, ["watch", str(pipe), "--model", "tiny", "--ask", "hi"])
+    assert str(result.exception) == f"{pipe} is a named pipe (FIFO), not a regular file — name a video file or a URL"
+
+
+def test_a_camera_device_as_a_source_points_to_webcam(tmp_path):
+    camera = tmp_path / "video7"
+    try:  # a character device node (the numbers of /dev/zero) named like a camera
+        os.mknod(camera, 0o600 | stat.S_IFCHR, os.makedev(1, 5))
+    except PermissionError:
+        pytest.skip("creating a device node needs root")
+    result = runner.invoke(app, ["watch", str(camera), "--model", "tiny", "--ask", "hi"])
+    assert str(result.exception) == (f"{camera} is a character device, not a regular file — for a camera, run "
+                                     f"`hermes chat --webcam {camera}`")
