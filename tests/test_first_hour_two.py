@@ -619,3 +619,37 @@ def test_a_camera_device_as_a_source_points_to_webcam(tmp_path):
     result = runner.invoke(app, ["watch", str(camera), "--model", "tiny", "--ask", "hi"])
     assert str(result.exception) == (f"{camera} is a character device, not a regular file — for a camera, run "
                                      f"`hermes chat --webcam {camera}`")
+
+
+SNAPSHOT_HINT = "load a file that --save-memory, --autosave or /save wrote"
+
+
+def test_a_pickle_or_foreign_safetensors_as_memory_says_what_the_file_is(tmp_path, video):
+    """Each refusal is the line docs/snapshots.md gives: what the file is, and what to load instead."""
+    import pickle
+
+    import torch
+    from safetensors.torch import save_file
+
+    pickled = tmp_path / "memory.pkl"
+    pickled.write_bytes(pickle.dumps({"layers.0.keys": [1.0, 2.0]}))
+    saved = tmp_path / "memory.pt"
+    torch.save({"x": torch.zeros(2)}, saved)
+    plain = tmp_path / "plain.safetensors"
+    save_file({"x": torch.zeros(2), "y": torch.ones(1)}, str(plain))
+    weights = tmp_path / "model.safetensors"
+    save_file({"x": torch.zeros(2)}, str(weights), {"format": "pt"})
+    expected = {
+        pickled: "it is a Python pickle, not a safetensors file",
+        saved: "it is a zip archive (torch.save writes these), not a safetensors file",
+        Path(video): "it is a video file, not a safetensors file",
+        plain: "it is a safetensors file without hermes-video's header (no 'format' entry; 2 tensors)",
+        weights: "it is a safetensors file of format 'pt' (1 tensor; model weights)",
+    }
+    for path, what in expected.items():
+        result = runner.invoke(app, ["chat", "--memory", str(path)])
+        assert str(result.exception) == f"{path} is not a hermes-video memory snapshot: {what} — {SNAPSHOT_HINT}"
+    doc = (ROOT / "docs" / "snapshots.md").read_text()
+    for what in expected.values():
+        assert what.removeprefix("it is ").split(", not")[0].split(" (")[0] in doc, what  # the table names it
+    assert SNAPSHOT_HINT in doc
