@@ -653,3 +653,31 @@ def test_a_pickle_or_foreign_safetensors_as_memory_says_what_the_file_is(tmp_pat
     for what in expected.values():
         assert what.removeprefix("it is ").split(", not")[0].split(" (")[0] in doc, what  # the table names it
     assert SNAPSHOT_HINT in doc
+
+
+@pytest.fixture(scope="module")
+def tiny_memory(tmp_path_factory, video):
+    path = tmp_path_factory.mktemp("memory") / "tiny.safetensors"
+    result = runner.invoke(app, ["watch", video, "--model", "tiny", "--chunk", "4", "--max-new-tokens", "2",
+                                 "--ask", "hi", "--save-memory", str(path), "-q"])
+    assert result.exit_code == 0 and path.is_file(), result.output
+    return path
+
+
+@pytest.mark.parametrize("command", ["chat", "watch"])
+def test_a_memory_of_another_model_is_refused_before_that_model_loads(tiny_memory, video, tmp_path, command):
+    """A hub model that is not cached, offline: refused for the memory, not for the download it would need."""
+    model = "Qwen/Qwen2.5-VL-3B-Instruct"
+    source = [video, "--ask", "hi"] if command == "watch" else []
+    done = hermes(command, *source, "--memory", str(tiny_memory), "--model", model, "-v",
+                  HF_HOME=str(tmp_path / "empty-hub"))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"error: {tiny_memory} holds the memory of model 'tiny', not '{model}' — load it with --model tiny"]
+
+
+def test_a_memory_of_another_built_in_model_is_refused_before_it_loads(tiny_memory):
+    result = runner.invoke(app, ["chat", "--memory", str(tiny_memory), "--model", "tiny-llava-onevision", "-v"])
+    assert str(result.exception) == (f"{tiny_memory} holds the memory of model 'tiny', not 'tiny-llava-onevision' "
+                                     "— load it with --model tiny")
+    assert "loaded" not in result.stderr and "loading" not in result.stderr

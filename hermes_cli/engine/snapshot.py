@@ -409,14 +409,21 @@ def _check_structure(snap: Snapshot) -> None:
 
 
 # -- fitting a session -------------------------------------------------------------------------------
+def check_model(snap: Snapshot, model: str) -> None:
+    """Refuse (SnapshotError, one line) a snapshot made by another model than ``model`` (by name):
+    told by the header alone, so a command can refuse before the model loads."""
+    if snap.model_name != model:
+        raise SnapshotError(f"{snap.path} holds the memory of model {snap.model_name!r}, not {model!r} — load it "
+                            f"with --model {snap.model_name}")
+
+
 def check_fits(snap: Snapshot, session, *, accept_policy: bool = False, convert_dtype: bool = False) -> None:
     """Refuse (SnapshotError, one line) a snapshot that does not fit ``session``: another model or
     model configuration, another dtype (unless ``convert_dtype``), another policy, policy parameters
     or memory settings (unless ``accept_policy``)."""
     adapter = session.adapter
     name, path = snap.model_name, snap.path
-    if name != adapter.name:
-        raise SnapshotError(f"{path} holds the memory of model {name!r}, not {adapter.name!r} — load it with --model {name}")
+    check_model(snap, adapter.name)
     if snap.header["model_config_sha256"] != config_hash(adapter):
         raise SnapshotError(f"{path} was saved from another configuration of {name!r} (config hash "
                             f"{snap.header['model_config_sha256'][:12]}…, this model {config_hash(adapter)[:12]}…) "
