@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from importlib import metadata
@@ -589,3 +590,94 @@ def test_the_bench_comparison_names_the_stream_length_both_policies_reached():
                (("hermes", 16, 10.0), ("hermes", 512, 11.0), ("fifo", 16, 20.0))]
     assert _common_longest(records, "hermes", "fifo") == 16
     assert ttft_versus(records, "hermes", "fifo") == 0.5  # hermes at 16 against fifo at 16, not at 512
+
+
+# -- 8, continued: what a file given as a source or a memory actually is --------------------------------
+@pytest.mark.parametrize(("path", "kind"), [("/dev/zero", "a character device"), ("/dev/null", "a character device")])
+def test_a_device_as_a_source_says_it_is_a_device_not_an_empty_file(path, kind):
+    if not os.path.exists(path):
+        pytest.skip(f"{path} does not exist here")
+    result = runner.invoke(app, ["watch", path, "--model", "tiny", "--ask", "hi"])
+    message = str(result.exception)
+    assert result.exit_code != 0 and message == (f"{path} is {kind}, not a regular file — name a video file or a URL"), message
+    assert "0 bytes" not in message
+
+
+def test_a_named_pipe_as_a_source_says_it_is_a_pipe(tmp_path):
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    result = runner.invoke(app, ["watch", str(pipe), "--model", "tiny", "--ask", "hi"])
+    assert str(result.exception) == f"{pipe} is a named pipe (FIFO), not a regular file — name a video file or a URL"
+
+
+def test_a_camera_device_as_a_source_points_to_webcam(tmp_path):
+    camera = tmp_path / "video7"
+    try:  # a character device node (the numbers of /dev/zero) named like a camera
+        os.mknod(camera, 0o600 | stat.S_IFCHR, os.makedev(1, 5))
+    except PermissionError:
+        pytest.skip("creating a device node needs root")
+    result = runner.invoke(app, ["watch", str(camera), "--model", "tiny", "--ask", "hi"])
+    assert str(result.exception) == (f"{camera} is a character device, not a regular file — for a camera, run "
+                                     f"`hermes chat --webcam {camera}`")
+
+
+SNAPSHOT_HINT = "load a file that --save-memory, --autosave or /save wrote"
+
+
+def test_a_pickle_or_foreign_safetensors_as_memory_says_what_the_file_is(tmp_path, video):
+    """Each refusal is the line docs/snapshots.md gives: what the file is, and what to load instead."""
+    import pickle
+
+    import torch
+    from safetensors.torch import save_file
+
+    pickled = tmp_path / "memory.pkl"
+    pickled.write_bytes(pickle.dumps({"layers.0.keys": [1.0, 2.0]}))
+    saved = tmp_path / "memory.pt"
+    torch.save({"x": torch.zeros(2)}, saved)
+    plain = tmp_path / "plain.safetensors"
+    save_file({"x": torch.zeros(2), "y": torch.ones(1)}, str(plain))
+    weights = tmp_path / "model.safetensors"
+    save_file({"x": torch.zeros(2)}, str(weights), {"format": "pt"})
+    expected = {
+        pickled: "it is a Python pickle, not a safetensors file",
+        saved: "it is a zip archive (torch.save writes these), not a safetensors file",
+        Path(video): "it is a video file, not a safetensors file",
+        plain: "it is a safetensors file without hermes-video's header (no 'format' entry; 2 tensors)",
+        weights: "it is a safetensors file of format 'pt' (1 tensor; model weights)",
+    }
+    for path, what in expected.items():
+        result = runner.invoke(app, ["chat", "--memory", str(path)])
+        assert str(result.exception) == f"{path} is not a hermes-video memory snapshot: {what} — {SNAPSHOT_HINT}"
+    doc = (ROOT / "docs" / "snapshots.md").read_text()
+    for what in expected.values():
+        assert what.removeprefix("it is ").split(", not")[0].split(" (")[0] in doc, what  # the table names it
+    assert SNAPSHOT_HINT in doc
+
+
+@pytest.fixture(scope="module")
+def tiny_memory(tmp_path_factory, video):
+    path = tmp_path_factory.mktemp("memory") / "tiny.safetensors"
+    result = runner.invoke(app, ["watch", video, "--model", "tiny", "--chunk", "4", "--max-new-tokens", "2",
+                                 "--ask", "hi", "--save-memory", str(path), "-q"])
+    assert result.exit_code == 0 and path.is_file(), result.output
+    return path
+
+
+@pytest.mark.parametrize("command", ["chat", "watch"])
+def test_a_memory_of_another_model_is_refused_before_that_model_loads(tiny_memory, video, tmp_path, command):
+    """A hub model that is not cached, offline: refused for the memory, not for the download it would need."""
+    model = "Qwen/Qwen2.5-VL-3B-Instruct"
+    source = [video, "--ask", "hi"] if command == "watch" else []
+    done = hermes(command, *source, "--memory", str(tiny_memory), "--model", model, "-v",
+                  HF_HOME=str(tmp_path / "empty-hub"))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"error: {tiny_memory} holds the memory of model 'tiny', not '{model}' — load it with --model tiny"]
+
+
+def test_a_memory_of_another_built_in_model_is_refused_before_it_loads(tiny_memory):
+    result = runner.invoke(app, ["chat", "--memory", str(tiny_memory), "--model", "tiny-llava-onevision", "-v"])
+    assert str(result.exception) == (f"{tiny_memory} holds the memory of model 'tiny', not 'tiny-llava-onevision' "
+                                     "— load it with --model tiny")
+    assert "loaded" not in result.stderr and "loading" not in result.stderr

@@ -284,6 +284,7 @@ def test_every_single_byte_flip_is_refused(good, tmp_path):
         with pytest.raises(SnapshotError) as info:
             snapshot.read(bad)
         assert "\n" not in str(info.value)
+        assert f"{bad} is damaged or not a complete memory snapshot (" in str(info.value), (pos, str(info.value))
 
 
 def test_refusals_leave_the_session_untouched(good, tiny_qwen, tmp_path):

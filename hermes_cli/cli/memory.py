@@ -109,7 +109,14 @@ class MemoryRun:
             changes.pop("policy_opt", None)
         else:  # those given (or from the config file) apply on top of the snapshot's
             changes["policy_opt"] = (*saved["policy_opt"], *current["policy_opt"])
-        return settings.replace(**changes)
+        settings = settings.replace(**changes)
+        from ..engine.snapshot import SnapshotError, check_model
+
+        try:  # another model given: refused now, not after it has loaded (a download, for a hub model)
+            check_model(snap, settings.model.light_name())
+        except SnapshotError as exc:
+            raise UserError(str(exc)) from None
+        return settings
 
     def attach(self, stream, frames, source: str | None):
         """Restore the snapshot into ``stream`` (an engine stream's client) and return the frames

@@ -276,6 +276,40 @@ def _damaged(path: Path, why: str) -> SnapshotError:
     return SnapshotError(f"{path} is damaged or not a complete memory snapshot ({why}) — refusing to load it")
 
 
+def _not_ours(path: Path, what: str) -> SnapshotError:
+    return SnapshotError(f"{path} is not a hermes-video memory snapshot: {what} — load a file that --save-memory, "
+                         "--autosave or /save wrote")
+
+
+def _what_file(data: bytes) -> str:
+    """What a file that is not safetensors looks like, from its first bytes."""
+    if data[:1] == b"\x80" and data[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        return "a Python pickle"
+    if data[:4] == b"PK\x03\x04":
+        return "a zip archive (torch.save writes these)"
+    if data[4:8] == b"ftyp" or data[:4] == b"\x1a\x45\xdf\xa3":
+        return "a video file"
+    if data[:2] == b"\x1f\x8b":
+        return "a gzip archive"
+    try:
+        text = data[:4096].decode("utf-8")
+    except UnicodeDecodeError:
+        return "binary data"
+    return "a JSON file" if text.lstrip()[:1] in ("{", "[") else "a text file"
+
+
+def _foreign_safetensors(header, metadata) -> str:
+    """A safetensors file that is not a hermes-video memory, in words: what its header says it is."""
+    if not isinstance(header, dict):
+        return "its safetensors header is not a JSON object"
+    tensors = len([k for k in header if k != "__metadata__"])
+    held = f"{tensors} tensor{'s' * (tensors != 1)}"
+    if isinstance(metadata, dict) and metadata.get("format") not in (None, FORMAT):
+        kind = "; model weights" if metadata["format"] in ("pt", "tf", "flax", "np", "mlx") else ""
+        return f"it is a safetensors file of format {metadata['format']!r} ({held}{kind})"
+    return f"it is a safetensors file without hermes-video's header (no 'format' entry; {held})"
+
+
 def read(path: str | os.PathLike) -> Snapshot:
     """Read ``path`` and check what the file alone can tell: the format and its version, the
     checksum, the structure. Raises SnapshotError (one line). Nothing in the file is executed:
@@ -287,18 +321,24 @@ def read(path: str | os.PathLike) -> Snapshot:
         data = path.read_bytes()
     except OSError as exc:
         raise SnapshotError(f"cannot read memory snapshot {path}: {exc.strerror or exc}") from exc
-    if len(data) < 8:
+    if len(data) < 9:
         raise _damaged(path, f"{len(data)} bytes")
     (header_len,) = struct.unpack("<Q", data[:8])
+    # A safetensors header is a JSON object right after its length: "{" … "}" (space-padded).
+    framed = 8 + header_len <= len(data) and data[8 : 8 + header_len].rstrip().endswith(b"}")
+    if data[8:9] != b"{" and not framed:
+        raise _not_ours(path, f"it is {_what_file(data)}, not a safetensors file")
     if 8 + header_len > len(data):
         raise _damaged(path, "cut short")
     try:
         header = json.loads(data[8 : 8 + header_len])
-        metadata = header.get("__metadata__") or {}
-    except (ValueError, AttributeError):
-        raise SnapshotError(f"{path} is not a hermes-video memory snapshot (no safetensors header)") from None
+    except ValueError:
+        raise _damaged(path, "its header is not valid JSON") from None
+    metadata = header.get("__metadata__") if isinstance(header, dict) else None
     if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
-        raise SnapshotError(f"{path} is not a hermes-video memory snapshot (format {metadata.get('format')!r})")
+        if isinstance(header, dict) and "layers.0.keys" in header:  # a memory's tensors, its header altered
+            raise _damaged(path, "its header was altered")
+        raise _not_ours(path, _foreign_safetensors(header, metadata))
     version = str(metadata.get("format_version", ""))
     if not version.isdigit():
         raise _damaged(path, f"format version {version!r}")
@@ -369,14 +409,21 @@ def _check_structure(snap: Snapshot) -> None:
 
 
 # -- fitting a session -------------------------------------------------------------------------------
+def check_model(snap: Snapshot, model: str) -> None:
+    """Refuse (SnapshotError, one line) a snapshot made by another model than ``model`` (by name):
+    told by the header alone, so a command can refuse before the model loads."""
+    if snap.model_name != model:
+        raise SnapshotError(f"{snap.path} holds the memory of model {snap.model_name!r}, not {model!r} — load it "
+                            f"with --model {snap.model_name}")
+
+
 def check_fits(snap: Snapshot, session, *, accept_policy: bool = False, convert_dtype: bool = False) -> None:
     """Refuse (SnapshotError, one line) a snapshot that does not fit ``session``: another model or
     model configuration, another dtype (unless ``convert_dtype``), another policy, policy parameters
     or memory settings (unless ``accept_policy``)."""
     adapter = session.adapter
     name, path = snap.model_name, snap.path
-    if name != adapter.name:
-        raise SnapshotError(f"{path} holds the memory of model {name!r}, not {adapter.name!r} — load it with --model {name}")
+    check_model(snap, adapter.name)
     if snap.header["model_config_sha256"] != config_hash(adapter):
         raise SnapshotError(f"{path} was saved from another configuration of {name!r} (config hash "
                             f"{snap.header['model_config_sha256'][:12]}…, this model {config_hash(adapter)[:12]}…) "

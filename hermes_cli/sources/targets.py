@@ -6,6 +6,7 @@ one line. No PyAV here: a missing file is refused before a decoder is loaded.
 
 from __future__ import annotations
 
+import stat
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +52,8 @@ def display_url(url: str) -> str:
 
 
 def spec_target(spec: str, input_format: str | None) -> Target:
-    """A URL, or a file checked to exist, be a file and not be empty (SourceError otherwise)."""
+    """A URL, or a file checked to exist, be a regular file (not a folder, device or pipe) and not be
+    empty (SourceError otherwise)."""
     url_scheme = scheme(spec)
     if url_scheme:
         options = {"rtsp_transport": "tcp"} if url_scheme in ("rtsp", "rtsps") else {}
@@ -61,6 +63,26 @@ def spec_target(spec: str, input_format: str | None) -> Target:
         raise SourceError(f"no such file: {spec} — check the path")
     if path.is_dir():
         raise SourceError(f"{spec} is a folder, not a video file — name a file inside it")
-    if path.stat().st_size == 0:
+    info = path.stat()
+    mode = info.st_mode
+    if not stat.S_ISREG(mode):
+        camera = stat.S_ISCHR(mode) and path.name.startswith("video")
+        raise SourceError(f"{spec} is {_special_kind(mode)}, not a regular file — "
+                          + (f"for a camera, run `hermes chat --webcam {spec}`" if camera else
+                             "name a video file or a URL"))
+    if info.st_size == 0:
         raise SourceError(f"{spec} is empty (0 bytes) — is the download or recording complete?")
     return Target(str(path), path.name, "file", input_format)
+
+
+def _special_kind(mode: int) -> str:
+    """What a file that is not a regular one is, in words (its size means nothing: /dev/zero has 0)."""
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device (a disk)"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a special file"
