@@ -13,24 +13,32 @@ Each layer keeps, in this order of priority:
    recent frames, ``s_TaR = −mean_recent cos(K(t, patch), K(t', patch))``, up to
    ``int(alpha · |C|)`` tokens together with step 1;
 3. Value Norm (VaN): the largest ``‖V‖₂`` fills the rest, optionally smoothed per frame by the
-   layer-adaptive spatial average pooling (kernel 7 / 5 / 3 / 1 by layer quartile, as in the
-   reference code; its kernel-3 quartile pools 1-D, here it is 2-D like the others).
+   layer-adaptive spatial average pooling (2-D, kernel 7 / 5 / 3 / 1 by layer quartile).
 
 ``profile=reference`` follows the official code where it differs from the paper's text: the
 frame count ``f`` is taken from the layer's length at compression (``n // tokens_per_frame``),
-TaR's share is ``|C| − round((1 − α)·|C|)``, pooling (``van_pool``) divides by the full window
-(zero padding counts), pools 1-D over the token sequence with kernel 3 in the third quartile,
-none in the last, and every key-value head keeps its own token set from its own TaR and VaN
-scores (``per_head``; the paper's text does not say, and by default one set per layer is chosen
-from head-averaged scores), and TaR pairs tokens by position slot (``pair_by_slot``): the recent
-window is the last ``int(r · f) · tokens_per_frame`` slots, and older slot ``s`` is compared with
-slot ``s mod tokens_per_frame`` of each recent frame-sized block, keys normalised as
-``k / (‖k‖ + 1e−9)`` — the official code's reshape of the cache into (frames, tokens_per_frame).
-After a first thinning a slot no longer holds the same patch, so that pairs unrelated patches.
+TaR's share is ``|C| − round((1 − α)·|C|)``, every key-value head keeps its own token set from
+its own TaR and VaN scores (``per_head``; the paper's text does not say, and by default one set
+per layer is chosen from head-averaged scores), and the official code's reshape of the cache
+into (frames, tokens_per_frame) *position slots* is kept, whatever tokens the slots hold:
+
+- TaR pairs tokens by slot (``pair_by_slot``): the recent window is the last
+  ``int(r · f) · tokens_per_frame`` slots, and older slot ``s`` is compared with slot
+  ``s mod tokens_per_frame`` of each recent frame-sized block, keys normalised as ``k / (‖k‖ + 1e−9)``;
+- VaN pooling (``van_pool``) pools by slot (``pool_by_slot``): by layer quartile
+  ``l // max(1, L // 4)`` 3-D kernel 7 (across frames too), 2-D kernel 5 (each frame), 1-D
+  kernel 3 along the slot sequence, none; the first ``n // tokens_per_frame`` frame-sized blocks
+  of slots form the (frames, rows, width) grid (the ``n mod tokens_per_frame`` newest slots are
+  not pooled), the 2-D/3-D kernel shrinks to ``min(kernel, frames, rows, width)``, one less when
+  even, none below 2, and every window divides by ``kernel^dims`` (zero padding counts).
+
+After a first thinning a slot no longer holds the same patch, so both meet unrelated patches.
 
 By default tokens are matched to their grid partner by (frame, patch) identity, so frames
-already thinned by earlier steps work; a token with no partner in the recent frames, a newline
-token (``patch >= tokens_per_frame``) or a summary token gets no TaR score and competes on VaN only.
+already thinned by earlier steps work: TaR compares a token with the same patch of the recent
+frames, and pooling averages a patch with the held patches around it in its own frame. A token
+with no partner in the recent frames, a newline token (``patch >= tokens_per_frame``) or a
+summary token gets no TaR score and competes on VaN only (unpooled).
 """
 
 from __future__ import annotations
@@ -56,7 +64,7 @@ from .base import (
 )
 
 POOL_KERNELS = (7, 5, 3, 1)  # by layer quartile, shallowest first
-REFERENCE_POOLING = ((2, 7), (2, 5), (1, 3), (0, 1))  # official code: (dimensions, kernel) by quartile; 0 = none
+REFERENCE_POOLING = ((3, 7), (2, 5), (1, 3), (0, 1))  # official code: (dimensions, kernel) by quartile; 0 = none
 PROFILES = ("paper", "reference")
 
 
@@ -78,10 +86,14 @@ class InfiniPotPolicy(Policy):
     pair_by_slot: bool = param(
         False, "TaR pairs tokens by position slot, not (frame, patch) identity (official code; on under profile=reference)"
     )
+    pool_by_slot: bool = param(
+        False, "VaN pooling lays position slots out as the frame grid, not (frame, patch) identities (official code; "
+        "on under profile=reference)"
+    )
     profile: str = param(
         "paper",
         "paper: the paper's method; reference: the official code's frame count, TaR share, pooling, per-head "
-        "selection and slot pairing",
+        "selection, slot pairing and slot pooling",
     )
 
     def __post_init__(self) -> None:
@@ -103,6 +115,10 @@ class InfiniPotPolicy(Policy):
     def slot_pairing(self) -> bool:
         """Whether TaR pairs by position slot (``pair_by_slot``, or the reference profile)."""
         return self.pair_by_slot or self.profile == "reference"
+
+    def slot_pooling(self) -> bool:
+        """Whether VaN pooling reads the slot grid (``pool_by_slot``, or the reference profile)."""
+        return self.pool_by_slot or self.profile == "reference"
 
     def recent_units(self, budget: int, tokens_per_frame: int) -> int:
         """``int(r · f)`` with ``f = budget // tokens_per_frame``: the recent window in units.
@@ -147,21 +163,26 @@ class InfiniPotPolicy(Policy):
         return top_k_tiered(tier, self.salience(layer, index, num_layers, tokens_per_frame), target)
 
     def salience(self, layer: LayerTokens, index: int, num_layers: int, tokens_per_frame: int) -> Tensor:
-        """VaN, pooled per frame when ``van_pool`` is on and the layer's kernel is above 1."""
+        """VaN, pooled when ``van_pool`` is on and the layer's kernel is above 1.
+
+        Paper: 2-D by quartile, over held patches only. Reference: the official quartiles on the
+        slot grid, zero padding counted, kernel fitted to the grid.
+        """
         van = value_norms(layer.values)
         if not self.van_pool:
             return van
         width = self.van_grid_width or max(1, round(math.sqrt(tokens_per_frame)))
-        if self.profile == "reference":
+        reference = self.profile == "reference"
+        if reference:
             dims, kernel = REFERENCE_POOLING[min(3, index // max(1, num_layers // 4))]
-            if dims == 0:
-                return van
-            if dims == 1:
-                return pool_sequence(van, kernel)
-            return pool_per_frame(van, layer, tokens_per_frame, width, kernel, count_padding=True)
-        kernel = pool_kernel(index, num_layers)
-        if kernel == 1:
+        else:
+            dims, kernel = 2, pool_kernel(index, num_layers)
+        if dims == 0 or kernel == 1:
             return van
+        if dims == 1:
+            return pool_sequence(van, kernel)
+        if self.slot_pooling():
+            return pool_slots(van, tokens_per_frame, width, dims, kernel, official=reference)
         return pool_per_frame(van, layer, tokens_per_frame, width, kernel)
 
 
@@ -243,13 +264,10 @@ def pool_sequence(scores: Tensor, kernel: int) -> Tensor:
     return ((running[kernel:] - running[:-kernel]) / kernel).to(scores.dtype)
 
 
-def pool_per_frame(scores: Tensor, layer: LayerTokens, tokens_per_frame: int, width: int, kernel: int,
-                   count_padding: bool = False) -> Tensor:
+def pool_per_frame(scores: Tensor, layer: LayerTokens, tokens_per_frame: int, width: int, kernel: int) -> Tensor:
     """Average each grid token's score with its held neighbours in a ``kernel²`` window of its frame.
 
-    Missing patches (evicted earlier) and the padding do not count, unless ``count_padding``
-    (the official code's zero-padded average: always divide by ``kernel²``); other tokens are
-    unchanged.
+    Missing patches (evicted earlier) and the padding do not count; other tokens are unchanged.
     """
     grid = on_grid(layer, tokens_per_frame)
     frames, rank = torch.unique(layer.frame[grid], return_inverse=True)
@@ -259,16 +277,52 @@ def pool_per_frame(scores: Tensor, layer: LayerTokens, tokens_per_frame: int, wi
     total.index_put_(cell, scores[grid].double())
     count = torch.zeros_like(total).index_put_(cell, torch.ones_like(total[cell]))
     shape = (frames.numel(), rows, width)
-    divisor = torch.full_like(total.view(shape), kernel * kernel) if count_padding else box_sum(count.view(shape), kernel)
-    window_mean = box_sum(total.view(shape), kernel) / divisor
+    window_mean = box_sum(total.view(shape), kernel) / box_sum(count.view(shape), kernel)
     pooled = scores.clone()
     pooled[grid] = window_mean.reshape(frames.numel(), -1)[cell].to(scores.dtype)
     return pooled
 
 
-def box_sum(maps: Tensor, kernel: int) -> Tensor:
-    """Sum over the ``kernel × kernel`` window centred on each cell of (F, rows, cols) maps, zero-padded."""
-    for dim in (-1, -2):
+def pool_slots(scores: Tensor, tokens_per_frame: int, width: int, dims: int, kernel: int,
+               official: bool = False) -> Tensor:
+    """Average pooling over the slot grid: slots, not token identities, as the official code reshapes.
+
+    The first ``n // tokens_per_frame`` frame-sized blocks of slots, each laid out row-major in
+    rows of ``width`` (``ceil(tokens_per_frame / width)`` rows; a last partial row is padded),
+    pooled 2-D (``dims=2``, each block) or 3-D (across blocks too) with a ``kernel`` window;
+    the ``n mod tokens_per_frame`` newest slots keep their scores. ``official``: the kernel
+    becomes ``min(kernel, frames, rows, width)``, one less when even, nothing pooled below 2,
+    and every window divides by ``kernel^dims`` (zero padding counts); otherwise a window
+    divides by the slots it covers.
+    """
+    frames, rows = scores.shape[0] // tokens_per_frame, -(-tokens_per_frame // width)
+    if official:
+        kernel = min(kernel, frames, rows, width)
+        kernel -= 1 if kernel % 2 == 0 else 0
+    if frames == 0 or kernel < 2:
+        return scores
+    grid = frames * tokens_per_frame
+    cells = torch.zeros(frames, rows * width, dtype=torch.float64, device=scores.device)
+    cells[:, :tokens_per_frame] = scores[:grid].double().view(frames, tokens_per_frame)
+    shape, axes = (frames, rows, width), (-1, -2, -3)[:dims]
+    if official:
+        divisor: Tensor | float = float(kernel**dims)
+    else:
+        held = torch.zeros_like(cells)
+        held[:, :tokens_per_frame] = 1
+        divisor = box_sum(held.view(shape), kernel, axes)
+    window_mean = box_sum(cells.view(shape), kernel, axes) / divisor
+    pooled = scores.clone()
+    pooled[:grid] = window_mean.reshape(frames, -1)[:, :tokens_per_frame].reshape(-1).to(scores.dtype)
+    return pooled
+
+
+def box_sum(maps: Tensor, kernel: int, axes: tuple[int, ...] = (-1, -2)) -> Tensor:
+    """Sum over the window of ``kernel`` cells along each of ``axes``, centred on each cell, zero-padded.
+
+    The default sums a ``kernel × kernel`` window of (F, rows, cols) maps; ``(-1, -2, -3)`` a cube.
+    """
+    for dim in axes:
         padded = F.pad(maps.movedim(dim, -1), (kernel // 2 + 1, kernel // 2))
         running = padded.cumsum(-1)
         maps = (running[..., kernel:] - running[..., :-kernel]).movedim(-1, dim)

@@ -106,32 +106,58 @@ def test_reference_tar_share_and_frame_count_follow_the_official_code():
 
 
 def test_reference_pooling_matches_torch_average_pooling_with_counted_padding():
-    from policies.infinipot import pool_per_frame, pool_sequence
-    from tests.test_policies_formulas import layer
+    from policies.infinipot import pool_sequence, pool_slots
 
     g = torch.Generator().manual_seed(2)
     scores = torch.rand(12, generator=g)
     expected = torch.nn.AvgPool1d(3, stride=1, padding=1)(scores.view(1, 1, -1)).view(-1)
     torch.testing.assert_close(pool_sequence(scores, 3), expected)
-    # two whole frames of a 3 × 4 grid: each frame pooled 2-D, zero padding counted (count_include_pad)
-    frames = torch.rand(2, 3, 4, generator=g)
-    tokens = layer([0] * 12 + [1] * 12, list(range(12)) * 2)
-    pooled = pool_per_frame(frames.reshape(-1), tokens, 12, 4, 3, count_padding=True)
-    expected = torch.nn.AvgPool2d(3, stride=1, padding=1)(frames.unsqueeze(1)).reshape(-1)
+    # three whole frames of a 3 × 4 grid of slots, zero padding counted (count_include_pad)
+    frames = torch.rand(3, 3, 4, generator=g)
+    pooled = pool_slots(frames.reshape(-1), 12, 4, 2, 3, official=True)
+    expected = torch.nn.AvgPool2d(3, stride=1, padding=1)(frames.unsqueeze(1)).reshape(-1)  # each frame alone
+    torch.testing.assert_close(pooled, expected)
+    pooled = pool_slots(frames.reshape(-1), 12, 4, 3, 3, official=True)
+    expected = torch.nn.AvgPool3d(3, stride=1, padding=1)(frames.unsqueeze(0)).reshape(-1)  # across frames too
     torch.testing.assert_close(pooled, expected)
 
 
+def test_reference_pooling_fits_the_kernel_to_the_grid_and_leaves_the_remainder():
+    """The official kernel is min(kernel, frames, rows, cols), one less when even, none below 2;
+    slots past the last whole frame keep their scores; a partial last row is zero padding."""
+    from policies.infinipot import pool_slots
+
+    g = torch.Generator().manual_seed(6)
+    frames = torch.rand(3, 3, 4, generator=g)
+    tail = torch.rand(5, generator=g)  # n mod tokens_per_frame newest slots (a newline, a partial chunk)
+    scores = torch.cat([frames.reshape(-1), tail])
+    k3 = torch.nn.AvgPool3d(3, stride=1, padding=1)(frames.unsqueeze(0)).reshape(-1)
+    for kernel in (7, 5, 3, 4):  # min(kernel, 3 frames, 3 rows, 4 cols) = 3 (4 → 3 as well)
+        torch.testing.assert_close(pool_slots(scores, 12, 4, 3, kernel, official=True), torch.cat([k3, tail]))
+    two = scores[:24]  # two frames: min(7, 2, 3, 4) = 2, even → 1: nothing is pooled
+    assert torch.equal(pool_slots(two, 12, 4, 3, 7, official=True), two)
+    assert torch.equal(pool_slots(two, 12, 4, 2, 5, official=True), two)  # 2-D too: the frame count bounds it
+    # 10 slots per frame in rows of 4: the third row's last two cells are padding
+    ten = torch.rand(3, 10, generator=g)
+    padded = torch.cat([ten, torch.zeros(3, 2)], 1).view(3, 1, 3, 4)
+    expected = torch.nn.AvgPool2d(3, stride=1, padding=1)(padded).view(3, 12)[:, :10].reshape(-1)
+    torch.testing.assert_close(pool_slots(ten.reshape(-1), 10, 4, 2, 3, official=True), expected)
+
+
 def test_reference_pooling_by_quartile():
-    # 8 layers: quartiles 0..3 pool 2-D k7, 2-D k5, 1-D k3, none
+    # 8 layers: quartiles 0..3 pool 3-D k7, 2-D k5, 1-D k3, none; 3 frames of 3 × 3 slots fit both kernels to 3
     policy = make_policy("infinipot", van_pool=True, profile="reference")
     from tests.test_policies_formulas import layer
 
     g = torch.Generator().manual_seed(4)
-    values = torch.rand(1, 8, 2, generator=g)
-    tokens = layer([0] * 4 + [1] * 4, [0, 1, 2, 3] * 2, values=values)
+    values = torch.rand(1, 27, 2, generator=g)
+    tokens = layer([0] * 9 + [1] * 9 + [2] * 9, list(range(9)) * 3, values=values)
     van = values.norm(dim=-1).mean(0)
-    torch.testing.assert_close(policy.salience(tokens, 7, 8, 4), van)
+    torch.testing.assert_close(policy.salience(tokens, 7, 8, 9), van)
     seq = torch.nn.AvgPool1d(3, stride=1, padding=1)(van.view(1, 1, -1)).view(-1)
-    torch.testing.assert_close(policy.salience(tokens, 4, 8, 4), seq)
-    grid = torch.nn.AvgPool2d(5, stride=1, padding=2)(van.view(2, 1, 2, 2)).reshape(-1)
-    torch.testing.assert_close(policy.salience(tokens, 2, 8, 4), grid)
+    torch.testing.assert_close(policy.salience(tokens, 4, 8, 9), seq)
+    grid = torch.nn.AvgPool2d(3, stride=1, padding=1)(van.view(3, 1, 3, 3)).reshape(-1)
+    torch.testing.assert_close(policy.salience(tokens, 2, 8, 9), grid)
+    cube = torch.nn.AvgPool3d(3, stride=1, padding=1)(van.view(1, 3, 3, 3)).reshape(-1)
+    torch.testing.assert_close(policy.salience(tokens, 0, 8, 9), cube)
+    torch.testing.assert_close(policy.salience(tokens, 1, 8, 9), cube)
