@@ -32,12 +32,9 @@ over those chunks).
 from __future__ import annotations
 
 import contextlib
-import gc
 import math
 import os
-import resource
 import statistics
-import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -47,6 +44,7 @@ import numpy as np
 import torch
 
 from .. import defaults
+from ..engine.readouts import current_memory_bytes, peak_memory_bytes, release_free_memory, reset_peak_memory
 from ..errors import EXIT_INTERRUPTED, HermesError
 from ..models.base import ModelAdapter
 
@@ -141,65 +139,6 @@ def video_frames(path: str, fps: float) -> Iterator[tuple[np.ndarray, float]]:
     with source:
         for frame in source:
             yield frame.image, frame.timestamp
-
-
-# -- memory -----------------------------------------------------------------------------------------
-def release_free_memory() -> None:
-    """Give memory freed by an earlier policy back to the OS (glibc ``malloc_trim``), so the next
-    policy's peak resident set starts from what is really held, not from a cached high-water mark."""
-    gc.collect()
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
-def current_memory_bytes(device: torch.device) -> int:
-    """GPU: allocated bytes; CPU: the resident set now (Linux ``VmRSS``; 0 where unknown)."""
-    if device.type == "cuda":
-        return int(torch.cuda.memory_allocated(device))
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-def reset_peak_memory(device: torch.device) -> bool:
-    """Start a new peak: CUDA peak stats, or (Linux) the process's peak RSS. False if it cannot.
-
-    Freed memory is returned to the OS first, so each policy's peak is its own."""
-    release_free_memory()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-        return True
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def peak_memory_bytes(device: torch.device) -> tuple[int, str]:
-    """(bytes, kind): GPU max_memory_allocated, else the peak RSS since the last reset."""
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device)), "gpu"
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024, "rss"
-    except OSError:
-        pass
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return (peak if sys.platform == "darwin" else peak * 1024), "rss"
 
 
 # -- the adapter as the benchmark drives it -------------------------------------------------------------

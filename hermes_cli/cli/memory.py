@@ -3,7 +3,8 @@
 ``MemoryRun`` is what ``watch`` and ``chat`` call: it reads a snapshot before the model loads
 (a damaged file fails at once), fills the settings the user did not give from it, restores it
 into the new session, makes the source continue the stream, autosaves between frames and
-saves at the end. Every problem is a one-line ``UserError`` (exit code 2).
+saves at the end. Every problem is a one-line ``HermesError`` (a ``UserError``, or the engine's
+``SnapshotError``; exit code 2).
 """
 
 from __future__ import annotations
@@ -78,12 +79,9 @@ class MemoryRun:
         self.source: str | None = None
         self.save_to: SaveTarget | None = None
         if self.load is not None:
-            from ..engine.snapshot import SnapshotError, read
+            from ..engine.snapshot import read
 
-            try:
-                self.snapshot = read(Path(self.load).expanduser())
-            except SnapshotError as exc:
-                raise UserError(str(exc)) from None
+            self.snapshot = read(Path(self.load).expanduser())
 
     def settings(self, settings: SessionSettings, given: set[str]) -> SessionSettings:
         """``settings`` with those the snapshot passes on (schema roles MEMORY and INHERITED) taken
@@ -110,12 +108,10 @@ class MemoryRun:
         else:  # those given (or from the config file) apply on top of the snapshot's
             changes["policy_opt"] = (*saved["policy_opt"], *current["policy_opt"])
         settings = settings.replace(**changes)
-        from ..engine.snapshot import SnapshotError, check_model
+        from ..engine.snapshot import check_model
 
-        try:  # another model given: refused now, not after it has loaded (a download, for a hub model)
-            check_model(snap, settings.model.light_name())
-        except SnapshotError as exc:
-            raise UserError(str(exc)) from None
+        # another model given: refused now, not after it has loaded (a download, for a hub model)
+        check_model(snap, settings.model.name())
         return settings
 
     def attach(self, stream, frames, source: str | None):
@@ -124,15 +120,11 @@ class MemoryRun:
         continues the stream time (after the snapshot's queued frames are flushed: its stream
         ended). With --autosave the engine saves the stream after its chunks."""
         from ..app.live import SaveTarget
-        from ..engine.snapshot import SnapshotError
 
         self.stream, self.source = stream, source
         snap = self.snapshot
         if snap is not None:
-            try:
-                stream.restore(snap, accept_policy=self.accept_policy, convert_dtype=self.convert)
-            except SnapshotError as exc:
-                raise UserError(str(exc)) from None
+            stream.restore(snap, accept_policy=self.accept_policy, convert_dtype=self.convert)
             if not self.quiet:
                 s = stream.fresh_stats()
                 note(f"memory from {snap.path}: {counted(s.frames_seen, 'frame')} ({s.stream_time_s:.1f}s), "
@@ -157,15 +149,11 @@ class MemoryRun:
 
     def finish(self) -> None:
         """At the end of the stream (or when the prompt closes): --save-memory, and a last autosave."""
-        from ..engine.snapshot import SnapshotError
 
         if self.stream is None:
             return
         for path in dict.fromkeys(p for p in (self.save, self.autosave) if p is not None):
-            try:
-                report = self.stream.save(Path(path).expanduser(), source=self.source)
-            except SnapshotError as exc:
-                raise UserError(str(exc)) from None
+            report = self.stream.save(Path(path).expanduser(), source=self.source)
             if not self.quiet:
                 note(f"memory saved to {report.path} ({report.bytes / 2**20:.1f} MiB)")
 

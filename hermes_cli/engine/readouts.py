@@ -1,8 +1,9 @@
-"""Process and accelerator memory readouts."""
+"""Memory readouts, their one owner: the process's resident set (now, peak, reset), the
+accelerator's, and the memory map of a stream (what each layer holds)."""
 
 from __future__ import annotations
 
-import os
+import gc
 import resource
 import sys
 from dataclasses import dataclass
@@ -12,18 +13,73 @@ import torch
 from .records import MemoryStats
 
 
+def _status_bytes(field: str) -> int | None:
+    """A ``/proc/self/status`` size (``VmRSS``, ``VmHWM``) in bytes; None where there is none."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def rss_bytes() -> int | None:
     """Resident set size of this process now (Linux: /proc; elsewhere the peak as a fallback)."""
-    try:
-        with open(f"/proc/{os.getpid()}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError):
-        return peak_rss_bytes()
+    now = _status_bytes("VmRSS")
+    return now if now is not None else peak_rss_bytes()
 
 
 def peak_rss_bytes() -> int:
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024
+    """The process's peak resident set: since the last ``reset_peak_memory`` on Linux, else ever."""
+    peak = _status_bytes("VmHWM")
+    if peak is not None:
+        return peak
+    most = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return most if sys.platform == "darwin" else most * 1024
+
+
+def release_free_memory() -> None:
+    """Give freed memory back to the OS (glibc ``malloc_trim``), so that a reading (and the next
+    peak) starts from what is really held, not from the allocator's cached high-water mark."""
+    gc.collect()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def current_memory_bytes(device: torch.device) -> int:
+    """GPU: allocated bytes; CPU: the resident set now (0 where unknown)."""
+    if device.type == "cuda":
+        return int(torch.cuda.memory_allocated(device))
+    return _status_bytes("VmRSS") or 0
+
+
+def reset_peak_memory(device: torch.device) -> bool:
+    """Start a new peak: CUDA peak stats, or (Linux) the process's peak RSS. False if it cannot.
+    Freed memory is returned to the OS first, so each measured run's peak is its own."""
+    release_free_memory()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+        return True
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_memory_bytes(device: torch.device) -> tuple[int, str]:
+    """(bytes, kind): GPU max_memory_allocated (``gpu``), else the peak RSS since the last reset (``rss``)."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device)), "gpu"
+    return peak_rss_bytes(), "rss"
 
 
 def memory_stats(device: torch.device) -> MemoryStats:

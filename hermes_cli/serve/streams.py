@@ -22,6 +22,7 @@ from typing import Any
 
 from ..engine.client import EngineStopped, StreamClient, StreamFailed, open_stream
 from ..engine.core import Engine
+from ..errors import HermesError
 from .frames import FrameKeeper
 from .guard import Refused, check_name, check_source
 from .metrics import Metrics
@@ -153,7 +154,7 @@ class Hub:
                               f"{self.model!r} (fixed when it started)")
             try:
                 settings = run.settings(settings, given)
-            except UserError as exc:
+            except HermesError as exc:  # a bad option, or a snapshot that does not fit
                 raise Refused(422, _field_text(str(exc))) from None
         try:
             settings.check()
@@ -241,12 +242,11 @@ class Hub:
 
     @staticmethod
     def _memory_run(path: Path):
-        from ..cli.console import UserError
         from ..cli.memory import MemoryRun
 
         try:
             return MemoryRun(load=str(path), quiet=True)
-        except UserError as exc:
+        except HermesError as exc:  # a file that is no snapshot, or a damaged one
             raise Refused(422, str(exc)) from None
 
     def _reserve(self, name: str | None) -> str:
