@@ -241,3 +241,27 @@ def test_proactive_question_that_never_fires_is_wrong_on_both_counts(mini, tmp_p
     again = invoke(*args)  # resumed: nothing left to run, the same summary
     assert again.exit_code == 0 and json.loads(again.output.strip().splitlines()[-1])["proactive"] == summary["proactive"]
     assert len(out.read_text().splitlines()) == 1
+
+
+def test_proactive_polls_leave_the_other_questions_answers_as_they_were(mini, tmp_path):
+    """A proactive question beside an ordinary one on the same video: one stream, both answered,
+    and the ordinary answer is the one the stream gives without the polls (they leave the memory)."""
+    _, _, videos = mini
+    asked = {"task_type": "Object Perception", "question": "What colour is the screen?", "time_stamp": "00:00:04",
+             "answer": "Red."}
+    polled = {"task_type": "Proactive Output", "question": 'When the screen turns blue, output "blue".',
+              "time_stamp": "00:00:04", "ground_truth_time_stamp": "00:00:05", "ground_truth_output": "blue"}
+    answers = {}
+    for name, questions in (("both", [asked, polled]), ("alone", [asked])):
+        ann = tmp_path / f"{name}.json"
+        ann.write_text(json.dumps([{"video_path": "./videos/steps.mp4", "questions": questions}]))
+        out = tmp_path / f"{name}.jsonl"
+        result = invoke(str(ann), "--videos-dir", str(videos), "--model", "tiny", "--chunk", "2", "--fps", "1",
+                        "--max-new-tokens", "6", "--notify-threshold", "0", "-o", str(out))
+        assert result.exit_code == 0, result.output
+        answers[name] = {r["kind"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert set(answers["both"]) == {"open_ended", "proactive"}
+    fired = answers["both"]["proactive"]
+    assert fired["fired_at_s"] == 4.0 and fired["time_correct"] is True  # threshold 0: its first poll, 1 s early
+    assert answers["both"]["open_ended"]["prediction"] == answers["alone"]["open_ended"]["prediction"]
+    assert answers["both"]["open_ended"]["frames_seen"] == answers["alone"]["open_ended"]["frames_seen"]
