@@ -1,6 +1,8 @@
 """`hermes eval` on the forward-active-responding (OVO-Bench REC/SSR/CRR) and proactive (StreamingBench)
-shapes: loading, the benchmarks' scoring, the always-"Yes" baseline, --dry-run's probe list, and a
-mini run on generated videos with the tiny model (its answers are noise: the mechanics are checked)."""
+shapes: loading, the benchmarks' scoring, the always-"Yes" baseline, --dry-run's probe list, and
+mini runs on generated videos with the tiny model (its answers are noise: the mechanics are
+checked — for the proactive questions, the engine's --notify firing, made deterministic with
+--notify-threshold 0 and --notify-consecutive, against the ±2 s window)."""
 
 from __future__ import annotations
 
