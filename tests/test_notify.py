@@ -121,6 +121,24 @@ def test_notifier_keeps_conditions_apart():
         Notifier(["  "])
 
 
+def test_a_condition_is_polled_in_its_window_only():
+    from hermes_cli.engine.notify import Condition
+
+    n = Notifier(["always", Condition(" posed at 20 s ", question="What now?", start_s=20.0, stop_s=33.0)],
+                 NotifySettings(threshold=0.0))
+    assert n.conditions == ["always", "posed at 20 s"] and n.question("posed at 20 s") == "What now?"
+    assert n.question("always") is None
+    assert n.due(19.5) == ["always"] and n.due(20.0) == n.due(33.0) == ["always", "posed at 20 s"]
+    assert n.due(33.5) == ["always"]
+    # polled only from its start: its first poll is its first probe (threshold 0 fires there)
+    assert n.update({"always": 0.2}) == ["always"]
+    assert n.states["posed at 20 s"].probes == 0
+    assert n.update({"always": 0.2, "posed at 20 s": 0.1}) == ["posed at 20 s"]
+    assert Condition("c", start_s=5.0).due(1e9) and not Condition("c", stop_s=5.0).due(5.1)
+    with pytest.raises(ValueError, match="ends .* before it starts"):
+        Notifier([Condition("c", start_s=5.0, stop_s=4.0)])
+
+
 EVENT = NotifyEvent("a person enters", 12.34567, 17, 0.8123456789, "A man walks in.", 41.23456)
 
 

@@ -199,6 +199,27 @@ def test_notify_step_fires_describes_and_leaves_the_memory(tiny_qwen):
     assert second.events == [] and second.p_yes == first.p_yes  # the same memory: the same p, no new edge
 
 
+def test_notify_step_polls_due_conditions_and_describes_by_their_question(tiny_qwen):
+    from hermes_cli.engine.notify import Condition, Notifier, NotifySettings
+    from hermes_cli.engine.probe import notify_step
+
+    session = streamed(tiny_qwen, frames=8)
+    before = snapshot(session)
+    now = session.stream_time_s
+    later = Condition("the screen turns blue", question="What colour is the screen?", start_s=now + 1.0)
+    asked = Condition("a coloured square is visible", question="What colour is the screen?", stop_s=now)
+    notifier = Notifier([later, asked], NotifySettings(threshold=0.0))
+    step = notify_step(session, notifier, max_new_tokens=4)
+    assert list(step.p_yes) == ["a coloured square is visible"]  # the other is not due yet: not probed
+    assert [e.notification for e in step.events] == ["a coloured square is visible"]
+    own = describe(session, "a coloured square is visible", max_new_tokens=4, question="What colour is the screen?")
+    assert step.events[0].text == own.text.strip()  # described by its own question
+    assert notifier.states["the screen turns blue"].probes == 0
+    assert_same(before, snapshot(session))
+    idle = Notifier([later], NotifySettings(threshold=0.0))
+    assert notify_step(session, idle).p_yes == {}  # nothing due: no forward, nothing fires
+
+
 def test_probe_on_qwen3_vl_leaves_the_memory():
     """Qwen3-VL (text timestamps, DeepStack: the probe's tokens are no visual cells) as well."""
     from hermes_cli.models.loading import load_model

@@ -130,7 +130,7 @@ def test_eval_fingerprints_the_settings_its_results_depend_on():
     from hermes_cli.evaluation.runner import EvalSettings
 
     names = {f.name for f in dataclasses.fields(EvalSettings)}
-    assert names == {s.name for s in schema.fingerprinted("eval")} | {"protocol", "npy_fps"}
+    assert names == {s.name for s in schema.fingerprinted("eval")} | {"protocol", "npy_fps", "notify"}
     keys = set(EvalSettings(model="tiny").fingerprint())  # the keys results files have always held
     assert keys == {"model", "policy", "budget", "policy_opts", "fps", "chunk", "reindex", "reindex_spacing",
                     "pseudo_query", "pseudo_query_history", "penalise_prompt", "protocol", "history",

@@ -19,6 +19,7 @@ from .. import defaults
 from .console import Interrupted, UserError, counted, err, out, quiet, set_debug, set_verbosity, warn
 from .factory import SessionSettings, build_engine, open_stream, prepare_model
 from .groups import OptionGroup, option_group, session_settings, with_option_groups
+from .notify import NotifyRuleOptions
 
 TasksOpt = Annotated[
     list[str] | None,
@@ -70,6 +71,7 @@ def evaluate(
     answer_options: EvalAnswerOptions = EvalAnswerOptions(),
     npy_fps: Annotated[float, typer.Option("--npy-fps", metavar="FPS", help="Frame rate of videos stored as .npy frame arrays (RVS-Movie).")] = 1.0,
     judge: JudgeOptions = JudgeOptions(),
+    notify_options: NotifyRuleOptions = NotifyRuleOptions(),
     streams: Annotated[int, typer.Option("--streams", metavar="N", help="Videos streamed at once on one engine (one model in memory; their chunks take turns and their answers are decoded together). Results are the same, in the same order, as with 1.")] = 1,
     output_options: EvalOutputOptions = EvalOutputOptions(),
 ) -> None:
@@ -88,6 +90,10 @@ def evaluate(
     Multiple choice: options are shown as letters and the answer letter is read from the reply;
     accuracy is reported overall, per task and per video length. Open-ended: predictions are
     written for a judge (--judge-url), with a built-in "lenient match" that is not the papers' metric.
+
+    StreamingBench Proactive Output: each question is polled with the --notify probe after every
+    chunk from its time_stamp on, fires by the --notify-* rule (docs/notify.md) and is right when
+    the output contains ground_truth_output within ±2 s of ground_truth_time_stamp.
 
     \b
     Examples:
@@ -116,6 +122,7 @@ def evaluate(
     if videos_dir is not None and not videos_dir.is_dir():
         raise UserError(f"--videos-dir {videos_dir} is not a folder — pass the folder that holds the videos")
     aset, questions = _load_questions(annotations, tasks, limit)
+    notify = notify_options.values()  # checked before anything loads, used where the set has proactive questions
     finder = VideoFinder(videos_dir, annotations.resolve().parent)
     protocol = ("offline" if offline else "streaming") if offline is not None else default_protocol(aset)
 
@@ -132,7 +139,7 @@ def evaluate(
     model_name = model_settings.name()
     settings = EvalSettings.of({**model_options.values(), **m.values(), **a.values(), "model": model_name,
                                 "reindex": reindex or default_reindex(protocol), "protocol": protocol,
-                                "npy_fps": npy_fps})
+                                "npy_fps": npy_fps, "notify": notify if _has_proactive(aset) else None})
     factory = EvalStreams(settings, model_settings.device, model_settings.dtype, quiet=json_out)
     if output is None:
         output = default_output(annotations, settings)
@@ -290,16 +297,24 @@ class EvalStreams:
         self.engine = None
         self._lock = threading.Lock()
 
-    def __call__(self, max_new_tokens: int):
+    def __call__(self, max_new_tokens: int, *, notifier=None):
         with self._lock:
             if self.engine is None:
                 self.engine = build_engine(self.settings, quiet=self.quiet, prepared=True)  # by `eval` itself
-        return open_stream(self.engine, self.settings.replace(max_new_tokens=max_new_tokens))
+        return open_stream(self.engine, self.settings.replace(max_new_tokens=max_new_tokens), notifier=notifier)
 
     def close(self) -> None:
         with self._lock:
             if self.engine is not None:
                 self.engine.stop()
+
+
+def _has_proactive(aset) -> bool:
+    """Whether the annotations hold StreamingBench proactive questions (their results depend on
+    the --notify-* rule, so the results fingerprint carries it then)."""
+    from ..evaluation.forward import SB_PROACTIVE
+
+    return any(q.scoring == SB_PROACTIVE for q in aset.questions)
 
 
 def _check_some_video_found(jobs, annotations: Path, videos_dir: Path | None) -> None:
@@ -377,11 +392,13 @@ def _print_dry_run(aset, questions, jobs, protocol, json_out, out, *, after_end:
 
     if probes:  # forward / proactive sets: every probe with the time it is asked at
         listing = Table(title=f"{counted(len(probes), 'probe')}")
-        for col in ("time s", "task", "probe", "about", "expected"):
-            listing.add_column(col, justify="right" if col == "time s" else "left")
+        polled = any(p.get("poll_until_s") is not None for p in probes)  # proactive: polled from time s to this
+        for col in ("time s", *(("until s",) if polled else ()), "task", "probe", "about", "expected"):
+            listing.add_column(col, justify="right" if col.endswith(" s") else "left")
         for p in probes:
             truth = p["expected"] + (f" at {p['ground_truth_time_s']:g} s" if p.get("ground_truth_time_s") is not None else "")
-            listing.add_row(_fmt(p["time_s"]), p["task"], p["qid"], p["about"][:60], truth)
+            until = (_fmt(p.get("poll_until_s")),) if polled else ()
+            listing.add_row(_fmt(p["time_s"]), *until, p["task"], p["qid"], p["about"][:60], truth)
         out.print(listing)
     table = Table(title=f"{aset.path.name}: {counted(data['questions'], 'question')}, "
                         f"{counted(data['videos'], 'video')} ({protocol} protocol)")
@@ -399,9 +416,21 @@ def _probes(questions) -> list[dict]:
     """The forward / proactive probes among ``questions``, by time: what --dry-run lists."""
     rows = [{"qid": q.qid, "task": q.task, "time_s": q.end_s, "about": str(q.extras.get("probe", q.question)),
              "expected": q.answer or "", "scoring": q.scoring,
-             **({"ground_truth_time_s": q.extras.get("ground_truth_time_s")} if "ground_truth_time_s" in q.extras else {})}
+             **_window(q)}
             for q in questions if q.scoring]
     return sorted(rows, key=lambda r: (r["time_s"] is None, r["time_s"] or 0.0))
+
+
+def _window(q) -> dict:
+    """A proactive question's ground-truth moment and the end of its polling window (--dry-run)."""
+    from ..evaluation.forward import SB_PROACTIVE, ProactiveTask
+
+    if "ground_truth_time_s" not in q.extras:
+        return {}
+    row = {"ground_truth_time_s": q.extras.get("ground_truth_time_s")}
+    if q.scoring == SB_PROACTIVE and row["ground_truth_time_s"] is not None:
+        row["poll_until_s"] = ProactiveTask.of(q).stop_s
+    return row
 
 
 def _fmt(value, suffix: str = "") -> str:
@@ -454,6 +483,15 @@ def _print_summary(summary: dict, report, out) -> None:
         for task, row in fw["per_task"].items():
             table.add_row(f"task: {task}", str(row["n"]), str(row["correct"]), _fmt(row["accuracy"]),
                           _fmt(row["yes_baseline"]), _fmt(row["probe_accuracy"]))
+        out.print(table)
+    pro = summary.get("proactive")
+    if pro:
+        table = Table()
+        for col in ("proactive output", "questions", "fired", "on time %", "answer %", 'always "Yes" on time %',
+                    "mean offset s"):
+            table.add_column(col, justify="left" if col.startswith("proactive") else "right")
+        table.add_row("[bold]overall[/]", str(pro["n"]), str(pro["fired"]), _fmt(pro["time_accuracy"]),
+                      f"[bold]{_fmt(pro['answer_accuracy'])}[/]", _fmt(pro["yes_baseline"]), _fmt(pro["mean_offset_s"]))
         out.print(table)
     t = summary["timing"]
     out.print(f"answered {q['answered']} of {q['selected']} questions ({report.answered} now, {report.skipped_done} from an earlier run; "

@@ -33,6 +33,9 @@ CooldownOpt = Annotated[int, typer.Option(
 MarginOpt = Annotated[float, typer.Option(
     "--notify-margin", metavar="P", min=0.0, max=1.0, rich_help_panel=PANEL,
     help="How far p(yes) must rise above the condition's own running baseline.")]
+BaselineOpt = Annotated[int, typer.Option(
+    "--notify-baseline", metavar="N", min=1, rich_help_panel=PANEL,
+    help="Span in probes of the condition's running p(yes) baseline (its moving average).")]
 OnNotifyOpt = Annotated[str | None, typer.Option(
     "--on-notify", metavar="CMD", rich_help_panel=PANEL,
     help="Run CMD for each notification: the event as JSON on stdin and HERMES_* variables (no shell).")]
@@ -50,6 +53,7 @@ class NotifyOptions:
     notify_consecutive: ConsecutiveOpt = defaults.NOTIFY_CONSECUTIVE
     notify_cooldown: CooldownOpt = defaults.NOTIFY_COOLDOWN
     notify_margin: MarginOpt = defaults.NOTIFY_MARGIN
+    notify_baseline: BaselineOpt = defaults.NOTIFY_BASELINE
     on_notify: OnNotifyOpt = None
     on_notify_shell: OnNotifyShellOpt = False
 
@@ -73,7 +77,7 @@ class NotifyOptions:
 
         return NotifySettings(threshold=self.notify_threshold, off_threshold=self.notify_off_threshold,
                               consecutive=self.notify_consecutive, cooldown=self.notify_cooldown,
-                              margin=self.notify_margin)
+                              margin=self.notify_margin, baseline=self.notify_baseline)
 
     def notifier(self):
         """The engine's ``Notifier`` for these conditions (None without --notify)."""
@@ -92,6 +96,34 @@ class NotifyOptions:
             return NotifyCommand(self.on_notify, shell=self.on_notify_shell)
         except NotifyCommandError as exc:
             raise UserError(f"--on-notify: {exc}") from None
+
+
+@dataclass(frozen=True)
+class NotifyRuleOptions:
+    """The firing rule's knobs alone (``hermes eval``: its StreamingBench proactive questions
+    fire by them; same flags and defaults as watch's, docs/notify.md)."""
+
+    notify_threshold: ThresholdOpt = defaults.NOTIFY_THRESHOLD
+    notify_off_threshold: OffThresholdOpt = None
+    notify_consecutive: ConsecutiveOpt = defaults.NOTIFY_CONSECUTIVE
+    notify_cooldown: CooldownOpt = defaults.NOTIFY_COOLDOWN
+    notify_margin: MarginOpt = defaults.NOTIFY_MARGIN
+    notify_baseline: BaselineOpt = defaults.NOTIFY_BASELINE
+
+    def values(self) -> dict:
+        """``NotifySettings``' fields → these values (checked: one line naming the flag)."""
+        import dataclasses
+
+        from ..engine.notify import NotifySettings
+
+        rule = NotifySettings(threshold=self.notify_threshold, off_threshold=self.notify_off_threshold,
+                              consecutive=self.notify_consecutive, cooldown=self.notify_cooldown,
+                              margin=self.notify_margin, baseline=self.notify_baseline)
+        try:
+            rule.check()
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        return dataclasses.asdict(rule)
 
 
 def show_notification(json_out: bool):

@@ -597,11 +597,13 @@ class Engine:
             self._emit(st, "ended", {"error": barrier.end_error} if barrier.end_error else {})
 
     def _after_chunks(self, st: _Stream, reports: list[ChunkReport]) -> None:
+        polled: dict[str, float] = {}
         if reports and st.notifier is not None:
-            reports[-1] = self._notify(st, reports[-1])
-        for report in reports:
+            reports[-1], polled = self._notify(st, reports[-1])
+        for k, report in enumerate(reports):
             st.chunks.append(report)
-            self._emit(st, "chunk", {"frames": report.frames, "tokens": report.tokens,
+            probed = {"p_yes": {c: round(p, 6) for c, p in polled.items()}} if polled and k == len(reports) - 1 else {}
+            self._emit(st, "chunk", {**probed, "frames": report.frames, "tokens": report.tokens,
                                      "prefill_ms": round(report.prefill_ms, 3),
                                      "stream_time_s": round(st.session.stream_time_s, 3),
                                      "frames_seen": st.session.frames_seen,
@@ -620,9 +622,10 @@ class Engine:
             st.autosaver.tick()
         self._publish(st)
 
-    def _notify(self, st: _Stream, report: ChunkReport) -> ChunkReport:
+    def _notify(self, st: _Stream, report: ChunkReport) -> tuple[ChunkReport, dict[str, float]]:
         """The ``--notify`` probes after a chunk: a ``notification`` event for each condition that
-        fires. A probe that fails is one warning, and the stream goes on without notifications."""
+        fires; returns the report and the p(yes) of each condition polled (the chunk event's
+        ``p_yes``). A probe that fails is one warning, and the stream goes on without notifications."""
         from .probe import notify_step
 
         assert st.notifier is not None
@@ -631,10 +634,10 @@ class Engine:
         except Exception as exc:
             st.notifier = None
             st.session.warnings.append(f"--notify stopped: {type(exc).__name__}: {exc}")
-            return report
+            return report, {}
         for event in step.events:
             self._emit(st, "notification", event.to_json())
-        return dataclasses.replace(report, notify_ms=step.probe_ms)
+        return dataclasses.replace(report, notify_ms=step.probe_ms), step.p_yes
 
     def _start_answer(self, st: _Stream, job: AnswerJob) -> None:
         if job.cancel.is_set():

@@ -23,12 +23,19 @@ holds, and a margin over the baseline would only delay the check): with ``consec
 (the default) the condition fires at its first probe, and, since p < 0 never happens, only
 once. That is how scripts check the whole path.
 
+A condition may be a plain text or a ``Condition``: a text with the question a fire is described
+by (instead of ``probe.describe_question``) and a polling window in stream time — probed only
+after chunks whose stream time is within ``[start_s, stop_s]``, so its state machine starts at
+``start_s`` (``hermes eval`` polls a StreamingBench proactive question so, from the moment it
+is posed to 4 s past its ground truth).
+
 ``NotifyEvent`` is the record an event becomes (``--json``, SSE, ``--on-notify``);
 ``run_on_notify`` runs a command with it, never through a shell unless asked.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -41,6 +48,7 @@ from .. import defaults
 from ..errors import HermesError
 
 __all__ = [
+    "Condition",
     "ConditionState",
     "Notifier",
     "NotifyCommand",
@@ -122,18 +130,58 @@ class ConditionState:
         return fire
 
 
-class Notifier:
-    """The state machines of a stream's conditions, in the order given (one ``ConditionState`` each)."""
+@dataclass(frozen=True)
+class Condition:
+    """A condition with its own description question and polling window (see the module docstring).
 
-    def __init__(self, conditions: Iterable[str], settings: NotifySettings | None = None) -> None:
+    ``question``: what a fire generates the event's text from (None: ``probe.describe_question``);
+    ``start_s`` / ``stop_s``: probed only after chunks whose stream time is within the window
+    (None: unbounded on that side).
+    """
+
+    text: str
+    question: str | None = None
+    start_s: float | None = None
+    stop_s: float | None = None
+
+    def due(self, stream_time_s: float) -> bool:
+        """Whether the probe after a chunk ending at ``stream_time_s`` polls this condition."""
+        eps = 1e-6
+        return ((self.start_s is None or stream_time_s >= self.start_s - eps)
+                and (self.stop_s is None or stream_time_s <= self.stop_s + eps))
+
+
+class Notifier:
+    """The state machines of a stream's conditions, in the order given (one ``ConditionState`` each).
+
+    ``conditions``: texts or ``Condition`` objects; a text given twice is one condition (the first)."""
+
+    def __init__(self, conditions: Iterable[str | Condition], settings: NotifySettings | None = None) -> None:
         self.settings = (settings or NotifySettings()).check()
-        self.conditions = list(dict.fromkeys(c.strip() for c in conditions))
-        if any(not c for c in self.conditions):
-            raise ValueError("--notify needs a condition text, e.g. --notify \"a person enters\"")
+        specs: dict[str, Condition] = {}
+        for c in conditions:
+            spec = Condition(c.strip()) if isinstance(c, str) else dataclasses.replace(c, text=c.text.strip())
+            if not spec.text:
+                raise ValueError("--notify needs a condition text, e.g. --notify \"a person enters\"")
+            if spec.start_s is not None and spec.stop_s is not None and spec.stop_s < spec.start_s:
+                raise ValueError(f"condition {spec.text!r}: its window ends ({spec.stop_s}s) before it starts "
+                                 f"({spec.start_s}s)")
+            specs.setdefault(spec.text, spec)
+        self.specs = specs
+        self.conditions = list(specs)
         self.states = {c: ConditionState(self.settings) for c in self.conditions}
 
+    def due(self, stream_time_s: float) -> list[str]:
+        """The conditions the probe after a chunk ending at ``stream_time_s`` polls, in order."""
+        return [c for c in self.conditions if self.specs[c].due(stream_time_s)]
+
+    def question(self, condition: str) -> str | None:
+        """The question a fire of ``condition`` is described by (None: the default description)."""
+        return self.specs[condition].question
+
     def update(self, p_yes: Mapping[str, float]) -> list[str]:
-        """Feed one chunk's p(yes) per condition; the conditions that fire, in order."""
+        """Feed one chunk's p(yes) per condition polled; the conditions that fire, in order (a
+        condition missing from ``p_yes`` was not polled: its state does not move)."""
         return [c for c in self.conditions if c in p_yes and self.states[c].update(p_yes[c])]
 
 

@@ -181,7 +181,7 @@ def describe(session: Session, condition: str, max_new_tokens: int = defaults.NO
 class NotifyStep:
     """What ``notify_step`` did after one chunk."""
 
-    p_yes: dict[str, float]  # every condition's p(yes)
+    p_yes: dict[str, float]  # the p(yes) of every condition polled
     events: list[NotifyEvent] = field(default_factory=list)  # the conditions that fired, described
     probe_ms: float = 0.0  # the probes' forward (what ``notify_ms_per_chunk`` counts)
     describe_ms: float = 0.0  # the descriptions of the fired conditions
@@ -189,19 +189,20 @@ class NotifyStep:
 
 def notify_step(session: Session, notifier: Notifier, *, since: float | None = None,
                 max_new_tokens: int = defaults.NOTIFY_DESCRIBE_TOKENS) -> NotifyStep:
-    """The ``--notify`` work after a chunk: probe every condition of ``notifier`` (one forward),
-    step its state machines, describe each condition that fires and make its event.
+    """The ``--notify`` work after a chunk: probe every condition of ``notifier`` due at the
+    session's stream time (one forward; none due: no forward), step their state machines,
+    describe each condition that fires (by its own question, where it has one) and make its event.
 
     ``since``: the ``time.perf_counter()`` at the end of the chunk's prefill and compression, from
     which an event's ``latency_ms`` counts (default: now). The memory is left exactly as it was.
     """
     t0 = time.perf_counter()
     start = t0 if since is None else since
-    p_yes = yes_probabilities(session, notifier.conditions)
+    p_yes = yes_probabilities(session, notifier.due(session.stream_time_s))
     t1 = time.perf_counter()
     step = NotifyStep(p_yes, probe_ms=(t1 - t0) * 1e3)
     for condition in notifier.update(p_yes):
-        answer = describe(session, condition, max_new_tokens)
+        answer = describe(session, condition, max_new_tokens, question=notifier.question(condition))
         step.events.append(NotifyEvent(condition, session.stream_time_s, session.frames_seen, p_yes[condition],
                                        answer.text.strip(), (time.perf_counter() - start) * 1e3))
     step.describe_ms = (time.perf_counter() - t1) * 1e3

@@ -20,13 +20,19 @@ moment — the data to tune ``--notify-threshold`` and ``--notify-margin`` on.
 
 StreamingBench's Proactive Output (``sb_proactive``) asks, from ``time_stamp`` on, for an output
 at the moment a condition holds. The benchmark polls once a second with "… Is it the right time
-to output "X"? You can only answer yes or no." (``proactive_condition``) and, on "yes", asks the
-question for the output. It is right when the output contains ``ground_truth_output`` and the
-moment is within ±2 s of ``ground_truth_time_stamp`` (``score_proactive``). Here the polling is
-the ``--notify`` mechanism (``engine.probe`` + ``engine.notify``) run on that condition after
-each chunk, and the output ``engine.probe.describe(session, condition, question=question)``:
-that needs the engine's notify loop, so ``runner.run_eval`` does not ask these questions itself
-— ``ProactiveTask.of(question)`` is the hook: all the engine needs to run one, and its record.
+to output "X"? You can only answer yes or no." and, on "yes", asks the question for the output;
+it polls until 4 s past the ground truth. It is right when the output contains
+``ground_truth_output`` and the moment is within ±2 s of ``ground_truth_time_stamp``
+(``score_proactive``). Here the polling is the ``--notify`` mechanism itself (``engine.probe`` +
+``engine.notify``), run by the engine after each chunk: ``ProactiveTask.of(question)`` is what
+one needs — the condition probed (``proactive_condition``: the benchmark's polling question,
+inside the ``--notify`` probe's own frame), the window ``[start_s, stop_s]`` it is polled in,
+and the question a fire is answered with (the item's own question); ``runner.run_job`` opens
+the video's stream with one ``engine.notify.Condition`` per task and turns the stream's
+``notification`` events into records (``ProactiveTask.record``). A task that never fires in its
+window is wrong on both counts (``fired_at_s`` None). Its **always-"Yes" baseline** is the
+benchmark's poller answering "yes" at once: on time when ``time_stamp`` is within ±2 s of the
+truth (``proactive_yes_baseline``; the output it would give is not known, so time only).
 """
 
 from __future__ import annotations
@@ -42,12 +48,6 @@ PROACTIVE_TOLERANCE_S = 2.0  # StreamingBench: |fired - ground truth| <= 2 s
 PROACTIVE_POLL_AFTER_S = 4.0  # the benchmark stops polling 4 s after the ground-truth time
 YES_REPLY = "Yes"
 PROBE_THRESHOLD = 0.5  # the summary's probe accuracy: p(yes) >= this counts as "Yes" (--notify-threshold's default)
-
-PROACTIVE_HOOK = (
-    "StreamingBench Proactive Output needs --notify firing in the engine's notify loop "
-    "(evaluation/forward.py ProactiveTask: probe its condition after each chunk from start_s to stop_s, "
-    "describe on fire, keep its record())"
-)
 
 # The benchmark's prompts (OVO-Bench's constants module), in its words.
 _REC = ("You're watching a video in which people may perform a certain type of action repetively. "
@@ -116,6 +116,11 @@ def score_proactive(output: str | None, fired_at_s: float | None, truth_output: 
     return {"time_correct": on_time, "answer_correct": bool(on_time and output is not None and truth_output in output)}
 
 
+def proactive_yes_baseline(start_s: float, truth_time_s: float, tolerance_s: float = PROACTIVE_TOLERANCE_S) -> bool:
+    """Whether a poller that says "yes" at its first poll (``start_s``, the question's time) is on time."""
+    return abs(start_s - truth_time_s) <= tolerance_s
+
+
 def proactive_record(base: dict, output: str | None, fired_at_s: float | None, p_yes: float | None,
                      truth_time_s: float) -> dict:
     """A proactive question's record: ``base`` (the runner's fields for the question) plus when it
@@ -138,12 +143,12 @@ class ProactiveQuestion(Protocol):
 
 @dataclass(frozen=True)
 class ProactiveTask:
-    """What the engine's notify loop needs to run one proactive question (the hook).
+    """One proactive question as the engine's notify loop runs it.
 
-    After every chunk whose stream time is in ``(start_s, stop_s]``, probe ``condition``
-    (``engine.probe.yes_probabilities``) and step a ``notify.ConditionState``; when it fires, the
-    output is ``engine.probe.describe(session, condition, question=question)`` and ``record``
-    scores it. Past ``stop_s`` without a fire: ``record(base, None, None, None)``.
+    After every chunk whose stream time is within ``[start_s, stop_s]`` the engine probes
+    ``condition`` (``engine.probe.yes_probabilities``) and steps its ``notify.ConditionState``;
+    when it fires, the output is generated from the memory by ``question`` (``engine.probe.
+    describe``) and ``record`` scores it. Never fired by ``stop_s``: ``record(base, None, None, None)``.
     """
 
     qid: str
@@ -164,7 +169,9 @@ class ProactiveTask:
                    float(truth_time) + PROACTIVE_POLL_AFTER_S, output, float(truth_time))
 
     def record(self, base: dict, output: str | None, fired_at_s: float | None, p_yes: float | None) -> dict:
-        return proactive_record(base, output, fired_at_s, p_yes, self.truth_time_s)
+        return {**proactive_record(base, output, fired_at_s, p_yes, self.truth_time_s),
+                "poll_from_s": self.start_s, "poll_until_s": self.stop_s,
+                "yes_baseline": proactive_yes_baseline(self.start_s, self.truth_time_s)}
 
 
 def summarize_forward(records: list[dict]) -> dict | None:
@@ -190,10 +197,19 @@ def summarize_forward(records: list[dict]) -> dict | None:
 
 
 def summarize_proactive(records: list[dict]) -> dict | None:
-    """Time accuracy and answer accuracy % of the proactive records (None without any)."""
+    """The proactive records (None without any): how many fired, time accuracy and answer
+    accuracy %, the always-"Yes" poller's time accuracy %, and the mean and mean absolute offset
+    of the fired moments from the ground truth (s; None when none fired)."""
     rows = [r for r in records if r.get("kind") == "proactive"]
     if not rows:
         return None
     n = len(rows)
-    return {"n": n, "time_accuracy": round(100 * sum(bool(r["time_correct"]) for r in rows) / n, 2),
-            "answer_accuracy": round(100 * sum(bool(r["answer_correct"]) for r in rows) / n, 2)}
+    fired = [r for r in rows if r.get("fired_at_s") is not None]
+    offsets = [r["fired_at_s"] - r["ground_truth_time_s"] for r in fired]
+    base = [r for r in rows if r.get("yes_baseline") is not None]
+    return {"n": n, "fired": len(fired),
+            "time_accuracy": round(100 * sum(bool(r["time_correct"]) for r in rows) / n, 2),
+            "answer_accuracy": round(100 * sum(bool(r["answer_correct"]) for r in rows) / n, 2),
+            "yes_baseline": round(100 * sum(bool(r["yes_baseline"]) for r in base) / len(base), 2) if base else None,
+            "mean_offset_s": round(sum(offsets) / len(offsets), 3) if offsets else None,
+            "mean_abs_offset_s": round(sum(abs(o) for o in offsets) / len(offsets), 3) if offsets else None}

@@ -12,6 +12,12 @@ any later frame (``run_stream``), answered from the memory as it is at that mome
 removed from the cache (the engine rolls an answer back). The stream stops after the last
 question it still owes.
 
+StreamingBench's proactive questions are not asked at a moment: the video's stream is opened with
+a ``--notify`` condition per question (``engine.notify.Condition``: the benchmark's polling
+question, polled after each chunk from the question's time to 4 s past its ground truth,
+answered on a fire by the question itself), and the stream's ``notification`` events become
+their records (``forward.ProactiveTask``); the stream runs to the last window's end.
+
 Offline protocol (VideoMME, MVBench, EgoSchema): the whole video (or clip) is streamed, then every
 question is asked of the final memory; eager re-indexing by default, as in the HERMES paper.
 
@@ -33,7 +39,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from ..errors import HermesError
 from ..frames import Frame, FrameSource, SourceStats
@@ -43,8 +49,8 @@ from .answers import LENIENT_THRESHOLD, format_question, lenient_match, parse_le
 from .forward import (
     OVO_REC,
     OVO_YES_NO,
-    PROACTIVE_HOOK,
     SB_PROACTIVE,
+    ProactiveTask,
     summarize_forward,
     summarize_proactive,
     yes_baseline,
@@ -57,8 +63,14 @@ OPEN_MAX_NEW_TOKENS = 128
 
 if TYPE_CHECKING:
     from ..engine.client import StreamClient
+    from ..engine.notify import Notifier, NotifySettings
 
-StreamFactory = Callable[[int], "StreamClient"]  # answer length → a fresh stream on the engine
+
+class StreamFactory(Protocol):
+    """Answer length (and a proactive video's ``--notify`` conditions) → a fresh stream on the engine;
+    ``notifier`` is passed only when the video has proactive questions."""
+
+    def __call__(self, max_new_tokens: int, *, notifier: Notifier | None = None) -> StreamClient: ...
 
 
 class EvalError(HermesError):
@@ -73,15 +85,29 @@ class EvalSettings(SettingsGroup):
 
     protocol: str = "streaming"
     npy_fps: float = 1.0  # frame rate of videos stored as .npy frame arrays
+    # the --notify firing rule of proactive questions (NotifySettings' fields as (name, value)
+    # pairs); None when the annotations hold none, and then not in the fingerprint
+    notify: tuple[tuple[str, Any], ...] | None = None
 
     def __post_init__(self) -> None:
         if self.reindex is None:
             object.__setattr__(self, "reindex", default_reindex(self.protocol))
+        if isinstance(self.notify, dict):
+            object.__setattr__(self, "notify", tuple(sorted(self.notify.items())))
 
     def fingerprint(self) -> dict:
         d = self.values()
         d["policy_opts"] = sorted(d.pop("policy_opt"))  # the key results files have always used
+        notify = d.pop("notify")
+        if notify is not None:  # only sets with proactive questions: other results files keep their keys
+            d["notify"] = dict(notify)
         return d
+
+    def notify_settings(self) -> NotifySettings:
+        """The firing rule proactive questions run under (the engine's defaults when not given)."""
+        from ..engine.notify import NotifySettings
+
+        return NotifySettings(**dict(self.notify or ()))
 
     def session_values(self) -> dict:
         """The settings a session of this run is built from (setting name → value)."""
@@ -284,7 +310,7 @@ class RunReport:
     failed_videos: list[dict] = field(default_factory=list)
     failed_questions: int = 0
     warnings: list[str] = field(default_factory=list)
-    proactive_not_run: int = 0  # StreamingBench proactive questions: they need the engine's --notify (PROACTIVE_HOOK)
+    proactive_not_run: int = 0  # StreamingBench proactive questions without a ground-truth time (not scorable)
 
 
 @dataclass
@@ -372,11 +398,12 @@ def run_eval(
     done = {r["qid"] for r in previous}
     all_records = list(previous)
     report = RunReport(skipped_done=len(done))
-    proactive = [q for q in questions if q.scoring == SB_PROACTIVE and q.qid not in done]
-    if proactive:  # asked at one moment they would not be the benchmark's task: the engine fires them
-        report.proactive_not_run = len(proactive)
-        report.warnings.append(f"{len(proactive)} proactive questions not run: {PROACTIVE_HOOK}")
-        questions = [q for q in questions if q.scoring != SB_PROACTIVE]
+    unscorable = [q for q in questions if q.scoring == SB_PROACTIVE and q.extras.get("ground_truth_time_s") is None]
+    if unscorable:  # without the ground-truth moment there is no window to poll in, nor a score
+        report.proactive_not_run = len(unscorable)
+        report.warnings.append(f"{len(unscorable)} proactive questions not run: they have no ground_truth_time_stamp")
+        left_out = {q.qid for q in unscorable}
+        questions = [q for q in questions if q.qid not in left_out]
     progress = on_progress or (lambda n, info: None)
     videos = {v.index: v for v in aset.videos}
     work = [(job, pending) for job in plan_jobs(aset, questions, finder)
@@ -534,11 +561,16 @@ def run_job(job: Job, pending: list[Question], videos: dict[int, Video], setting
         progress(len(pending), f"missing video {PurePath(vids[0].video_path).name}")
         return
     video = vids[0]
+    proactive = [q for q in pending if q.scoring == SB_PROACTIVE]
+    pending = [q for q in pending if q.scoring != SB_PROACTIVE]
+    tasks = [ProactiveTask.of(q) for q in proactive]
     if settings.protocol == "streaming":
         timed = sorted((q for q in pending if q.end_s is not None), key=lambda q: q.end_s or 0.0)
         order = timed + [q for q in pending if q.end_s is None]
-        # stop after the last question owed; untimed questions wait for the clip's end
-        end = timed[-1].end_s if len(timed) == len(pending) else video.clip_end_s
+        # stop after the last question owed (and the last proactive window); untimed questions
+        # wait for the clip's end
+        ends = [q.end_s or 0.0 for q in timed] + [t.stop_s for t in tasks]
+        end = max(ends) if len(timed) == len(pending) else video.clip_end_s
         asks = [TimedQuestion(format_question(q.question, q.choices), q.end_s) for q in order]
     else:
         order, end = pending, video.clip_end_s
@@ -547,11 +579,14 @@ def run_job(job: Job, pending: list[Question], videos: dict[int, Video], setting
         MC_MAX_NEW_TOKENS if all(q.multiple_choice for q in order) else OPEN_MAX_NEW_TOKENS)
     asked = 0
     stream = None
+    events = None
     try:
         frames = open_question_video(path, video, settings, end)
-        stream = open_stream(max_new_tokens)
+        notifier = proactive_notifier(tasks, settings) if tasks else None
+        stream = open_stream(max_new_tokens, notifier=notifier) if notifier is not None else open_stream(max_new_tokens)
         if opened is not None:
             opened(stream)
+        events = stream.subscribe() if tasks else None  # before the first frame: every event is seen
         source_duration = frames.duration_s
 
         def on_answer(result) -> None:
@@ -571,18 +606,98 @@ def run_job(job: Job, pending: list[Question], videos: dict[int, Video], setting
             feed = flushed_at(frames, stream, job.flush_times) if settings.protocol == "streaming" else frames
             run_stream(stream, feed, asks, on_answer=on_answer)
         report.warnings.extend(frames.stats.warnings)
+        if events is not None:  # every chunk is in (run_stream ends with a flush): so is every event
+            stopped = [w for w in stream.warnings if w.startswith("--notify stopped")]
+            if stopped:  # the probes failed: not firing would be the engine's failure, not the model's
+                raise ValueError(stopped[0])
+            for record in proactive_records(tasks, proactive, videos, path, settings, source_duration,
+                                            drain(events), stream.stats()):
+                keep(record)
+                progress(1, f"{names} proactive {record['qid']}")
+            proactive = []
     except (StreamFailed, EngineStopped) as exc:
         if stopping is not None and stopping.is_set():
             return  # interrupted: the questions left are pending, not failed
-        _failed(report, names, path, exc.__cause__ or exc, len(order) - asked, progress)
+        _failed(report, names, path, exc.__cause__ or exc, len(order) - asked + len(proactive), progress)
     except (SourceError, PositionLimitError, ValueError, OSError) as exc:
-        _failed(report, names, path, exc, len(order) - asked, progress)
+        _failed(report, names, path, exc, len(order) - asked + len(proactive), progress)
     finally:
         if stream is not None:
             if opened is not None:
                 opened(None)
+            if events is not None:
+                with contextlib.suppress(Exception):
+                    stream.unsubscribe(events)
             with contextlib.suppress(Exception):  # the engine has stopped: nothing left to free
                 stream.close()
+
+
+def proactive_notifier(tasks: list[ProactiveTask], settings: EvalSettings) -> Notifier:
+    """The stream's ``--notify`` conditions: one per proactive task (its polling question, its
+    window, answered by its question). Tasks with the same condition text share one condition
+    (one state machine), polled over the union of their windows."""
+    from ..engine.notify import Condition, Notifier
+
+    specs: dict[str, Condition] = {}
+    for t in tasks:
+        had = specs.get(t.condition)
+        start, stop = (t.start_s, t.stop_s) if had is None else (min(had.start_s or 0.0, t.start_s),
+                                                                  max(had.stop_s or 0.0, t.stop_s))
+        specs[t.condition] = Condition(t.condition, question=t.question, start_s=start, stop_s=stop)
+    return Notifier(specs.values(), settings.notify_settings())
+
+
+def drain(events) -> list:
+    """Every event waiting on a subscription queue, in order."""
+    import queue
+
+    out = []
+    while True:
+        try:
+            out.append(events.get_nowait())
+        except queue.Empty:
+            return out
+
+
+def proactive_records(tasks: list[ProactiveTask], questions: list[Question], videos: dict[int, Video], path: Path,
+                      settings: EvalSettings, source_duration: float | None, events: list, stats) -> list[dict]:
+    """The records of a video's proactive questions from its stream's events: each task's first
+    ``notification`` within its window (its fired time, p(yes) and text), the p(yes) of every
+    poll in its window (the chunk events' ``p_yes``: how many, and the highest); none: not fired."""
+    out = []
+    for task, q in zip(tasks, questions, strict=True):
+        polls: list[float] = []
+        fired: dict | None = None
+        for event in events:
+            data = event.data
+            t = data.get("stream_time_s")
+            if t is None or not task.start_s - 1e-6 <= t <= task.stop_s + 1e-6:
+                continue
+            if event.kind == "chunk" and task.condition in data.get("p_yes", {}):
+                polls.append(data["p_yes"][task.condition])
+            elif event.kind == "notification" and data.get("notification") == task.condition and fired is None:
+                fired = data
+        video = videos[q.video_index]
+        duration = video.duration_s if video.duration_s is not None else source_duration
+        base = {
+            "qid": q.qid, "video_id": video.video_id, "video_path": str(path), "task": q.task,
+            "question": q.question, "choices": None, "answer": q.answer, "answer_letter": None,
+            "parsed_letter": None, "lenient_match": None, "start_time_s": q.start_s, "end_time_s": q.end_s,
+            "asked_at_s": task.start_s, "condition": task.condition, "notification": fired,
+            "frames_seen": fired["frames_seen"] if fired else None,
+            "stream_time_s": fired["stream_time_s"] if fired else None,
+            "latency_ms": fired["latency_ms"] if fired else None,
+            "polls": len(polls), "p_yes_max": round(max(polls), 6) if polls else None,
+            "duration_s": duration, "duration_bucket": duration_bucket(video.duration_category, duration),
+            "cache": asdict(stats.cache), "positions": asdict(stats.positions), "memory": asdict(stats.memory),
+            "protocol": settings.protocol, "settings": settings.fingerprint(),
+        }
+        if q.extras:
+            base["extras"] = q.extras
+        record = task.record(base, fired["text"] if fired else None, fired["stream_time_s"] if fired else None,
+                             fired["p_yes"] if fired else None)
+        out.append(record)
+    return out
 
 
 def _failed(report: RunReport, names: str, path: Path, exc: BaseException, left: int,
