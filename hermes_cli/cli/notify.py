@@ -73,11 +73,7 @@ class NotifyOptions:
         self.command()
 
     def settings(self):
-        from ..engine.notify import NotifySettings
-
-        return NotifySettings(threshold=self.notify_threshold, off_threshold=self.notify_off_threshold,
-                              consecutive=self.notify_consecutive, cooldown=self.notify_cooldown,
-                              margin=self.notify_margin, baseline=self.notify_baseline)
+        return rule_settings(self)
 
     def notifier(self):
         """The engine's ``Notifier`` for these conditions (None without --notify)."""
@@ -114,11 +110,7 @@ class NotifyRuleOptions:
         """``NotifySettings``' fields → these values (checked: one line naming the flag)."""
         import dataclasses
 
-        from ..engine.notify import NotifySettings
-
-        rule = NotifySettings(threshold=self.notify_threshold, off_threshold=self.notify_off_threshold,
-                              consecutive=self.notify_consecutive, cooldown=self.notify_cooldown,
-                              margin=self.notify_margin, baseline=self.notify_baseline)
+        rule = rule_settings(self)
         try:
             rule.check()
         except ValueError as exc:
@@ -126,11 +118,20 @@ class NotifyRuleOptions:
         return dataclasses.asdict(rule)
 
 
-def show_notification(json_out: bool):
-    from ..app.notifications import notification_line
+def rule_settings(options: NotifyOptions | NotifyRuleOptions):
+    """The engine's ``NotifySettings`` from the firing rule's flags (unchecked)."""
+    from ..engine.notify import NotifySettings
 
+    return NotifySettings(threshold=options.notify_threshold, off_threshold=options.notify_off_threshold,
+                          consecutive=options.notify_consecutive, cooldown=options.notify_cooldown,
+                          margin=options.notify_margin, baseline=options.notify_baseline)
+
+
+def show_notification(json_out: bool):
     """How a batch run or plain lines show a notification: one JSON object on stdout with --json,
     else one line on stderr."""
+    from ..app.notifications import notification_line
+
     def show(record: dict) -> None:
         if "error" in record:
             err.print(f"warning: {record['error']}", soft_wrap=True, highlight=False)
