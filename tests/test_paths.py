@@ -28,6 +28,8 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 ELSEWHERE = {
     "processing_qwen3_vl.py": "transformers' Qwen3-VL processor, whose layout the adapter follows",
     "snapbench.py": "docs/benchmarks.md's listing, saved under that name by the reader",
+    "kvcache_utils.py": "the official InfiniPot-V code's file (aiha-lab/InfiniPot-V) that docs/policies.md follows",
+    "cache_utils.py": "transformers' cache module (the design our cache follows)",
 }
 
 

@@ -2,7 +2,7 @@
 
 ``policies`` imports torch (seconds); ``hermes policies`` and the option checks only need the
 catalogue, which is generated from the policies into ``policy_catalog.json`` and kept in step by
-``tests/test_docs.py`` (regenerate with ``UPDATE_DOCS=1 pytest tests/test_docs.py``).
+``tests/test_first_hour.py`` (regenerate with ``UPDATE_DOCS=1 pytest tests/test_first_hour.py -k catalogue``).
 """
 
 from __future__ import annotations
