@@ -8,15 +8,9 @@ import typer
 from typer.testing import CliRunner
 
 from hermes_cli.bench.plan import parse_steps
-from hermes_cli.bench.runner import (
-    RECORD_FIELDS,
-    BenchAdapter,
-    policy_summaries,
-    run_bench,
-    synthetic_frames,
-    ttft_versus,
-)
+from hermes_cli.bench.runner import RECORD_FIELDS, policy_summaries, run_bench, ttft_versus
 from hermes_cli.cli.bench import bench
+from hermes_cli.models.synthetic import BenchAdapter, synthetic_frames
 from tests.media import json_lines
 
 runner = CliRunner()

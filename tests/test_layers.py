@@ -126,6 +126,49 @@ def test_the_checker_sees_an_upward_import_and_a_cycle(tmp_path, monkeypatch):
         test_no_import_cycles()
 
 
+def project_imports_of(path: Path) -> list[tuple[str, tuple[str, ...]]]:
+    """Every project ``from X import a, b`` in ``path`` (inside functions too): (X, names)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            if target.split(".")[0] in ("hermes_cli", "policies"):
+                found.append((target, tuple(alias.name for alias in node.names)))
+    return found
+
+
+def test_every_project_import_names_a_module_that_exists():
+    """A deferred import of a moved module fails only when its code runs (a micro-benchmark's
+    ``from .runner import`` did): each ``from X import y`` must name a module X, and y must be
+    a module of X or a name X defines."""
+    modules = {module_name(p): p for p in source_files()}
+    broken = []
+    for module, path in modules.items():
+        for target, names in project_imports_of(path):
+            if target not in modules:
+                broken.append(f"{module}: from {target} (no such module)")
+                continue
+            tree = ast.parse(modules[target].read_text())
+            defined = {n.id for node in ast.walk(tree) if isinstance(node, ast.Assign) for t in node.targets
+                       for n in ast.walk(t) if isinstance(n, ast.Name)}  # `A, B = …` too
+            defined |= {node.target.id for node in ast.walk(tree)
+                        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)}
+            defined |= {node.name for node in tree.body
+                        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+            defined |= {(a.asname or a.name).split(".")[0] for node in ast.walk(tree)
+                        if isinstance(node, (ast.Import, ast.ImportFrom)) for a in node.names}
+            broken += [f"{module}: from {target} import {n}" for n in names
+                       if n != "*" and n not in defined and f"{target}.{n}" not in modules]
+    assert not broken, "imports that fail when they run:\n" + "\n".join(broken)
+
+
 # The engine's insides: only hermes_cli/engine/ imports them; every mode drives streams through
 # the engine's client (hermes_cli/engine/client.py) and reads its records.
 ENGINE_INTERNALS = ("session", "cache", "decoding", "prefill", "compression", "pseudo_query", "position_tracker",

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     from ..engine.core import Engine
     from ..engine.measure import pseudo_query_variants
     from ..models.loading import load_model
-    from .runner import bench_adapter, synthetic_frames
+    from ..models.synthetic import bench_adapter, synthetic_frames
 
     if args.arch:
         from ..models.archs import load_random_arch

@@ -38,7 +38,6 @@ import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import cast
 
 import numpy as np
 import torch
@@ -46,7 +45,7 @@ import torch
 from .. import defaults
 from ..engine.readouts import current_memory_bytes, peak_memory_bytes, release_free_memory, reset_peak_memory
 from ..errors import EXIT_INTERRUPTED, HermesError
-from ..models.base import ModelAdapter
+from ..models.synthetic import bench_adapter, synthetic_frames
 
 DEFAULT_QUESTION = defaults.BENCH_QUESTION
 RECORD_FIELDS = (
@@ -113,24 +112,7 @@ class BenchRecord:
         return d
 
 
-# -- arguments ------------------------------------------------------------------------------------
 # -- frames -----------------------------------------------------------------------------------------
-def synthetic_frames(size: tuple[int, int] = (360, 640), fps: float = 1.0, seed: int = 0) -> Iterator[tuple[np.ndarray, float]]:
-    """Endless (frame, timestamp): a moving coloured square on a noisy background, ``size`` = (H, W)."""
-    rng = np.random.default_rng(seed)
-    h, w = size
-    side = max(4, min(h, w) // 5)
-    background = rng.integers(0, 40, size=(h, w, 3), dtype=np.uint8)
-    i = 0
-    while True:
-        frame = background.copy()
-        x = (i * 13) % max(1, w - side)
-        y = (i * 7) % max(1, h - side)
-        frame[y : y + side, x : x + side] = [(50 * i) % 256, 200, 255 - (30 * i) % 256]
-        yield frame, i / fps
-        i += 1
-
-
 def video_frames(path: str, fps: float) -> Iterator[tuple[np.ndarray, float]]:
     """(frame, timestamp) from a video file sampled at ``fps`` (SourceError / ValueError if it cannot)."""
     from ..sources import open_source
@@ -139,39 +121,6 @@ def video_frames(path: str, fps: float) -> Iterator[tuple[np.ndarray, float]]:
     with source:
         for frame in source:
             yield frame.image, frame.timestamp
-
-
-# -- the adapter as the benchmark drives it -------------------------------------------------------------
-def bench_adapter(adapter: ModelAdapter, synthetic_vision: bool = False) -> ModelAdapter:
-    """``adapter`` as the benchmark drives it (see ``BenchAdapter``), typed as what it stands in for."""
-    return cast(ModelAdapter, BenchAdapter(adapter, synthetic_vision))
-
-
-class BenchAdapter:
-    """The model adapter with two benchmark changes, everything else passed through.
-
-    Answers run to ``max_new_tokens`` (no end-of-sequence token), so TPOT is always measured;
-    with ``synthetic_vision`` each chunk gets random visual embeddings of the real token layout
-    (``synthetic_encode``) instead of running the vision tower.
-    """
-
-    def __init__(self, adapter, synthetic_vision: bool = False) -> None:
-        if synthetic_vision and not hasattr(adapter, "synthetic_encode"):
-            raise ValueError(f"{adapter.family} has no synthetic vision mode")
-        self._adapter = adapter
-        self.synthetic_vision = synthetic_vision
-
-    def __getattr__(self, name):
-        return getattr(self._adapter, name)
-
-    @property
-    def eos_token_ids(self) -> set[int]:
-        return set()
-
-    def encode(self, frames: np.ndarray, first_unit: int, times=None):
-        if self.synthetic_vision:
-            return self._adapter.synthetic_encode(frames.shape[0], first_unit, tuple(frames.shape[1:3]))
-        return self._adapter.encode(frames, first_unit, times)
 
 
 # -- measuring -------------------------------------------------------------------------------------------

@@ -439,7 +439,8 @@ def _load(model, arch, device, dtype):
 def _frame_source(video, fps, frame_size, frames_needed: int):
     """A maker of fresh (frame, time) iterators; a video is checked now: readable, and long enough
     to give ``frames_needed`` frames at ``fps`` (when its duration is known)."""
-    from ..bench.runner import synthetic_frames, video_frames
+    from ..bench.runner import video_frames
+    from ..models.synthetic import synthetic_frames
 
     if not video:
         return lambda: synthetic_frames(frame_size, fps)

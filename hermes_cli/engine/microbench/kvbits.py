@@ -45,9 +45,9 @@ def main(argv: list[str] | None = None) -> None:
     from policies import make_policy
 
     from ...models.archs import load_random_arch
+    from ...models.synthetic import bench_adapter, synthetic_frames
     from .. import snapshot
     from ..session import Session, SessionConfig
-    from .runner import bench_adapter, synthetic_frames
 
     adapter = bench_adapter(load_random_arch(args.arch, device=None, dtype=args.dtype),
                             synthetic_vision=True)
