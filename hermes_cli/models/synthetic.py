@@ -60,7 +60,7 @@ def synthetic_frames(size: tuple[int, int] = (360, 640), fps: float = 1.0,
 
 def bench_adapter(adapter: ModelAdapter, synthetic_vision: bool = False) -> ModelAdapter:
     """``adapter`` as the benchmark drives it (see ``BenchAdapter``), typed as what it stands in for."""
-    return cast(ModelAdapter, BenchAdapter(adapter, synthetic_vision))
+    return cast("ModelAdapter", BenchAdapter(adapter, synthetic_vision))
 
 
 class BenchAdapter:
