@@ -177,7 +177,7 @@ class StreamLayer(DynamicLayer):
                 return store.select(slice(0, n))
             full = TokenMeta.cat([old, new])
         n = len(full)
-        capacity = max(2 * n, 64)
+        capacity = n + max(64, n // 8)  # room to grow, as the key and value buffers have
 
         def room(t: Tensor, axis: int) -> Tensor:
             shape = list(t.shape)
@@ -223,6 +223,15 @@ class StreamLayer(DynamicLayer):
                 rows = index[h] if index.dim() == 2 else index
                 buf[0, h, :k] = torch.index_select(buf[0, h, :held], 0, rows)
 
+    def fit(self) -> None:
+        """Hand the spare room back: buffers of exactly the tokens held, and no metadata store
+        beside ``meta`` (a compression leaves the store's old contents behind)."""
+        self._meta_store = None
+        if not self.is_initialized or self.keys.shape[-2] == self.length:
+            return
+        for name in self.buffer_names():
+            setattr(self, name, getattr(self, name)[:, :, : self.length].contiguous())
+
     def held_meta(self) -> TokenMeta:
         """The metadata of the tokens held (the layer must not be empty)."""
         if self.meta is None:
@@ -247,10 +256,13 @@ class StreamLayer(DynamicLayer):
         self.is_initialized = True
 
     def _reserve(self, needed: int) -> None:
+        """Room for ``needed`` tokens: a chunk gets exactly its room, a decoding step an eighth
+        more than the layer holds (so a long answer reallocates every few hundred tokens, and the
+        spare never doubles a stream's memory)."""
         capacity = self.keys.shape[-2]
         if needed <= capacity:
             return
-        new_capacity = max(needed, 2 * capacity, 64)
+        new_capacity = max(needed, capacity + max(64, capacity // 8))
         for name in self.buffer_names():
             old = getattr(self, name)
             grown = old.new_empty((*old.shape[:2], new_capacity, old.shape[-1]))
@@ -447,7 +459,8 @@ class StreamingCache(Cache):
         )
 
     def apply(self, choices: list[LayerChoice]) -> None:
-        """Keep, in each layer, the chosen stream tokens (in order) and append its summary token.
+        """Keep, in each layer, the chosen stream tokens (in order) and append its summary token;
+        then every layer's buffers hold exactly what it keeps (``StreamLayer.fit``).
 
         A choice of (H, K) indices keeps a set per key-value head. Every layer must end with the
         same length; text tokens must not be present.
@@ -489,6 +502,7 @@ class StreamingCache(Cache):
                 k += 1
             layer.length = k
             layer.meta = meta
+            layer.fit()  # the room the chunk took is handed back: at rest a stream holds what it keeps
 
     def reposition(self, layer: int, positions: Tensor, rotary: Rotary) -> None:
         """Move one layer's stream tokens to new ``positions`` (N, A), or (H, N, A) where the layer
