@@ -47,21 +47,26 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+def imported_from(node: ast.ImportFrom, path: Path) -> str:
+    """The absolute module a ``from … import`` in ``path`` names (relative ones resolved)."""
+    if not node.level:
+        return node.module or ""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    base = package.split(".")
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
 def imports_of(path: Path) -> set[str]:
     """Project modules imported anywhere in ``path`` (absolute or relative)."""
     name = module_name(path)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - (node.level - 1)]
-                target = ".".join([*base, node.module] if node.module else base)
-            else:
-                target = node.module or ""
+            target = imported_from(node, path)
             found.add(target)
             found.update(f"{target}.{alias.name}" for alias in node.names)  # `from pkg import module`
     modules = {module_name(p) for p in source_files()}
@@ -128,17 +133,10 @@ def test_the_checker_sees_an_upward_import_and_a_cycle(tmp_path, monkeypatch):
 
 def project_imports_of(path: Path) -> list[tuple[str, tuple[str, ...]]]:
     """Every project ``from X import a, b`` in ``path`` (inside functions too): (X, names)."""
-    name = module_name(path)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - (node.level - 1)]
-                target = ".".join([*base, node.module] if node.module else base)
-            else:
-                target = node.module or ""
+            target = imported_from(node, path)
             if target.split(".")[0] in ("hermes_cli", "policies"):
                 found.append((target, tuple(alias.name for alias in node.names)))
     return found
