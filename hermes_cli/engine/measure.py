@@ -58,7 +58,6 @@ def pseudo_query_variants(image: np.ndarray, chunk_frames: int, rounds: int, war
     """
 
     def measure(session: Session) -> dict:
-        import torch
 
         from policies import make_policy
 
@@ -89,14 +88,11 @@ def pseudo_query_variants(image: np.ndarray, chunk_frames: int, rounds: int, war
 
         def eager():
             plain()
-            ids = [adapter.tokens(t) for t in texts.values()]
-            sizes = [t.shape[0] for t in ids]
+            sizes, embeds, at = pseudo_query.side_by_side(adapter, texts, positions.next())
             mask = pseudo_query.additive(pseudo_query.texts_mask(cache.length, 0, sizes, adapter.device),
                                          adapter.dtype)
-            at = torch.cat([adapter.text_positions(positions.next(), n) for n in sizes])
             inner = cache.mark()
-            _, weights = adapter.forward(adapter.embed(torch.cat(ids)), at, cache, attentions=True,
-                                         attention_mask=mask)
+            _, weights = adapter.forward(embeds, at, cache, attentions=True, attention_mask=mask)
             for w in weights:  # what the old path then averaged
                 w[0].float().mean(dim=(0, 1))
             cache.rollback(inner)

@@ -115,11 +115,8 @@ def forward_attention(adapter: ModelAdapter, cache: StreamingCache, texts: dict[
     all); the texts' tokens are then rolled back."""
     if not texts:
         return {}
-    ids = {name: adapter.tokens(text) for name, text in texts.items()}
-    sizes = [t.shape[0] for t in ids.values()]
-    embeds = adapter.embed(torch.cat(list(ids.values())))
-    positions = torch.cat([adapter.text_positions(start, n) for n in sizes])
-    probe = _probe(ids, sizes, 0, layers, (cache.prefix_length(), cache.length), adapter.num_layers)
+    sizes, embeds, positions = side_by_side(adapter, texts, start)
+    probe = _probe(list(texts), sizes, 0, layers, (cache.prefix_length(), cache.length), adapter.num_layers)
     mark = cache.mark()
     try:
         adapter.forward(embeds, positions, cache, attention_mask=texts_mask(cache.length, 0, sizes, adapter.device),
@@ -140,16 +137,13 @@ def prefill_measuring(adapter: ModelAdapter, cache: StreamingCache, chunk: Encod
     """
     p, cached = cache.prefix_length(), cache.length
     n = chunk.embeds.shape[1]
-    ids = {name: adapter.tokens(text) for name, text in texts.items()}
-    sizes = [t.shape[0] for t in ids.values()]
-    own = adapter.embed(torch.cat(list(ids.values())))
+    sizes, own, text_positions = side_by_side(adapter, texts, start)
     embeds = torch.cat([chunk.embeds.to(adapter.dtype), own.to(adapter.dtype)], dim=1)
-    text_positions = torch.cat([adapter.text_positions(start, k) for k in sizes]).to(positions)
-    probe = _probe(ids, sizes, n, layers, (p, cached + n), adapter.num_layers)
+    probe = _probe(list(texts), sizes, n, layers, (p, cached + n), adapter.num_layers)
     mark = cache.mark()
     meta = TokenMeta.new(KIND_VIDEO, cache.new_ids(n), positions, frame=chunk.unit, patch=chunk.patch)
     try:
-        adapter.forward(embeds, torch.cat([positions, text_positions]), cache,
+        adapter.forward(embeds, torch.cat([positions, text_positions.to(positions)]), cache,
                         attention_mask=texts_mask(cached, n, sizes, adapter.device), probe=probe, chunk=chunk)
     except BaseException:
         cache.rollback(mark)
@@ -166,16 +160,13 @@ def approx_means(adapter: ModelAdapter, cache: StreamingCache, texts: dict[str, 
     if not texts:
         return {}
     p, length = cache.prefix_length(), cache.length
-    ids = {name: adapter.tokens(text) for name, text in texts.items()}
-    sizes = [t.shape[0] for t in ids.values()]
-    embeds = adapter.embed(torch.cat(list(ids.values())))
-    positions = torch.cat([adapter.text_positions(start, n) for n in sizes])
-    wanted = _wanted(ids, layers, adapter.num_layers)
+    sizes, embeds, positions = side_by_side(adapter, texts, start)
+    wanted = _wanted(list(texts), layers, adapter.num_layers)
     means = approx_attention(adapter, embeds, positions, cache.held_keys(), sizes, reduce=True,
                              only=set().union(*wanted.values()))
     return {name: [m[i, p:length] if m is not None and layer in wanted[name] else None
                    for layer, m in enumerate(means)]
-            for i, name in enumerate(ids)}
+            for i, name in enumerate(texts)}
 
 
 @torch.no_grad()
@@ -219,16 +210,24 @@ def approx_attention(adapter: ModelAdapter, embeds: Tensor, positions: Tensor, c
     return out
 
 
-def _probe(ids: dict[str, Tensor], sizes: list[int], first_row: int, layers: dict[str, list[int]] | None,
+def side_by_side(adapter: ModelAdapter, texts: dict[str, str], start: int) -> tuple[list[int], Tensor, Tensor]:
+    """The texts as one input, side by side, each at the positions from ``start``: (their token
+    counts, embeddings (1, Q, hidden), positions (Q, A))."""
+    ids = [adapter.tokens(text) for text in texts.values()]
+    sizes = [t.shape[0] for t in ids]
+    return sizes, adapter.embed(torch.cat(ids)), torch.cat([adapter.text_positions(start, n) for n in sizes])
+
+
+def _probe(names: list[str], sizes: list[int], first_row: int, layers: dict[str, list[int]] | None,
            columns: tuple[int, int], num_layers: int) -> RowProbe:
     rows, offset = {}, first_row
-    for name, n in zip(ids, sizes, strict=True):
+    for name, n in zip(names, sizes, strict=True):
         rows[name] = (offset, offset + n)
         offset += n
-    return RowProbe(rows=rows, layers=_wanted(ids, layers, num_layers), columns=columns, num_layers=num_layers)
+    return RowProbe(rows=rows, layers=_wanted(names, layers, num_layers), columns=columns, num_layers=num_layers)
 
 
-def _wanted(ids: dict[str, Tensor], layers: dict[str, list[int]] | None, num_layers: int) -> dict[str, set[int]]:
+def _wanted(names: list[str], layers: dict[str, list[int]] | None, num_layers: int) -> dict[str, set[int]]:
     """Per text, the layers whose attention is measured (all, unless ``layers`` names them)."""
     everywhere = set(range(num_layers))
-    return {name: everywhere if layers is None else set(layers.get(name, ())) for name in ids}
+    return {name: everywhere if layers is None else set(layers.get(name, ())) for name in names}
